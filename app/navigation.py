@@ -1,0 +1,18 @@
+"""The pages of the app, in the order of the guided path. A page is listed here once it is built."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class PageSpec:
+    path: str        # file under pages/, relative to the project root
+    title: str
+    icon: str
+    url_path: str
+    section: str
+
+
+PAGES = (
+    PageSpec("pages/overview.py", "Overview", ":material/hub:", "overview", "Start here"),
+)

@@ -1,0 +1,157 @@
+"""Data behind the Overview page: every number computed from the configs and the accounting, set
+beside the published figure it should reproduce. Pure functions; no Streamlit here."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from app.text import fmt_int, fmt_params
+from model.accounting import count_params, mtp_layer
+from model.config import K3Config
+
+ASSETS = Path(__file__).resolve().parent.parent / "assets"
+K3_SOURCE = "K3 report arXiv 2607.24653 v2, Table 1"
+
+
+@dataclass(frozen=True)
+class Headline:
+    label: str
+    computed: float | tuple
+    computed_text: str
+    published: float | tuple
+    published_text: str
+    half_unit: float          # half a unit in the last digit the publication gives
+    source: str
+    how: str                  # how the computed value was obtained
+    detail: str = ""          # a second computed line under the big number
+
+    @property
+    def holds(self) -> bool:
+        c, p = np.atleast_1d(self.computed), np.atleast_1d(self.published)
+        return c.shape == p.shape and bool(np.all(np.abs(c - p) <= self.half_unit + 1e-12))
+
+    @property
+    def verdict(self) -> str:
+        if self.holds:
+            return f"✓ matches published {self.published_text}"
+        diff = np.atleast_1d(self.computed) - np.atleast_1d(self.published)
+        return f"published {self.published_text}; differs by {', '.join(f'{x:+,.4g}' for x in diff)}"
+
+
+def headlines(cfg: K3Config | None = None) -> list[Headline]:
+    cfg = cfg or K3Config.full()
+    p = count_params(cfg)
+    return [
+        Headline("Total parameters", p.total / 1e12, f"{p.total / 1e12:.2f}T", 2.78, "2.78T", 0.005, K3_SOURCE,
+                 "sum of every weight matrix in the config (accounting, ARCHITECTURE.md §9)",
+                 detail=f"{p.total / 1e9:,.1f}B (headline: 2.8T)"),
+        Headline("Active per token", p.active / 1e9, f"{p.active / 1e9:.1f}B", 104.2, "104.2B", 0.05,
+                 K3_SOURCE, "total minus the embedding lookup minus the "
+                 f"{cfg.n_routed_experts - cfg.top_k} idle experts of each MoE layer",
+                 detail=f"{p.active / 1e9:.2f}B (headline: 104B)"),
+        Headline("Active share", 100 * p.active_share, f"{100 * p.active_share:.1f}%", 3.7, "~3.7%", 0.05,
+                 "derived from the published 104.2B / 2.78T", "active / total",
+                 detail=f"{p.active / 1e9:.1f}B of {p.total / 1e9:,.1f}B"),
+        Headline("Context", cfg.context_length, f"{cfg.context_length / 2**20:g}M", 1_048_576, "1,048,576", 0,
+                 K3_SOURCE, "config: context_length; no positional encoding",
+                 detail=f"{fmt_int(cfg.context_length)} tokens = 2^{cfg.context_length.bit_length() - 1}"),
+        Headline("Routed experts", cfg.n_routed_experts, f"{cfg.n_routed_experts}", 896, "896", 0, K3_SOURCE,
+                 "config: n_routed_experts",
+                 detail=f"in each of the {len(cfg.moe_layers)} MoE layers"),
+        Headline("Experts per token", (cfg.top_k, cfg.n_shared_experts),
+                 f"{cfg.top_k} + {cfg.n_shared_experts}", (16, 2), "16 + 2", 0, K3_SOURCE,
+                 "config: top_k routed experts plus n_shared_experts that every token uses",
+                 detail=f"{cfg.top_k} routed + {cfg.n_shared_experts} shared"),
+        Headline("Sparsity", cfg.sparsity, f"{cfg.sparsity:g}x", 56, "56x", 0,
+                 "derived: 896 / 16", "routed experts per active routed expert",
+                 detail=f"{cfg.n_routed_experts} / {cfg.top_k}"),
+        Headline("Layers", (cfg.num_layers, cfg.n_kda, cfg.n_mla), f"{cfg.num_layers}", (93, 69, 24),
+                 "93 = 69 KDA + 24 gated MLA", 0, K3_SOURCE, "config: layer_types (3 KDA : 1 MLA, final MLA)",
+                 detail=f"{cfg.n_kda} KDA + {cfg.n_mla} gated MLA"),
+    ]
+
+
+def layer_stack(cfg: K3Config) -> pd.DataFrame:
+    """One row per layer: attention kind, FFN kind, AttnRes block, and a sentence for the hover."""
+    rows = []
+    block_of = _block_index(cfg)
+    for i, kind in enumerate(cfg.layer_types):
+        attn = "Kimi Delta Attention (fixed-size state)" if kind == "kda" else "gated MLA (latent KV cache)"
+        ffn = "Stable LatentMoE" if cfg.is_moe(i) else "dense SiTU-GLU FFN"
+        block = block_of[i]
+        rows.append({
+            "layer": i, "attention": kind.upper(), "ffn": "MoE" if cfg.is_moe(i) else "dense",
+            "block": block,
+            "hover": (f"layer {i} (position {i + 1} of {cfg.num_layers})<br>attention: {attn}<br>"
+                      f"FFN: {ffn}" + (f" ({cfg.n_routed_experts} experts, top-{cfg.top_k} + "
+                                       f"{cfg.n_shared_experts} shared)" if cfg.is_moe(i) else "")
+                      + (f"<br>AttnRes block {block + 1} of {len(cfg.attnres_blocks)}" if block >= 0 else "")),
+        })
+    return pd.DataFrame(rows)
+
+
+def _block_index(cfg: K3Config) -> list[int]:
+    out = []
+    for b, size in enumerate(cfg.attnres_blocks):
+        out += [b] * size
+    return out or [-1] * cfg.num_layers
+
+
+def breakdown(cfg: K3Config) -> pd.DataFrame:
+    p = count_params(cfg)
+    df = pd.DataFrame({"component": list(p.breakdown), "total": list(p.breakdown.values())})
+    df["active"] = [p.active_breakdown.get(c, 0) for c in df["component"]]
+    df["share of total"] = df["total"] / p.total
+    df["share of active"] = df["active"] / p.active
+    return df
+
+
+def frontier_table() -> pd.DataFrame:
+    """Published total/active of public MoE models (assets table with a source per row), with K3's
+    row replaced by the value our accounting computes."""
+    df = pd.read_csv(ASSETS / "frontier_moe.csv", keep_default_na=False)
+    df["origin"] = "published"
+    p = count_params(K3Config.full())
+    k3 = {"model": "Kimi K3 (computed)", "released": "2026-07", "total_b": p.total / 1e9,
+          "active_b": p.active / 1e9, "experts": "896 / 16 (+2)",
+          "source": "computed here from the published config (accounting)", "origin": "computed"}
+    df = pd.concat([df[df["model"] != "Kimi K3"], pd.DataFrame([k3])], ignore_index=True)
+    df["active share"] = df["active_b"] / df["total_b"]
+    return df
+
+
+def k2_vs_k3() -> pd.DataFrame:
+    """Growth from K2 to K3, one row per metric; parameter counts computed by the accounting."""
+    k2, k3 = K3Config.kimi_k2(), K3Config.full()
+    p2, p3 = count_params(k2), count_params(k3)
+    rows = [
+        ("Total parameters (B)", p2.total / 1e9, p3.total / 1e9, "computed (main model)"),
+        ("Active parameters (B)", p2.active / 1e9, p3.active / 1e9, "computed (main model)"),
+        ("Layers", k2.num_layers, k3.num_layers, "config"),
+        ("Attention heads", k2.mla_heads, k3.mla_heads, "config"),
+        ("Routed experts", k2.n_routed_experts, k3.n_routed_experts, "config"),
+        ("Experts per token (top-k)", k2.top_k, k3.top_k, "config"),
+        ("Shared experts", k2.n_shared_experts, k3.n_shared_experts, "config"),
+        ("Expert hidden width", k2.expert_hidden, k3.expert_hidden, "config"),
+        ("Values a token sends to its experts", k2.top_k * k2.expert_width, k3.top_k * k3.expert_width,
+         "derived: top-k x expert input width"),
+        ("Context (tokens)", k2.context_length, k3.context_length, "config"),
+    ]
+    df = pd.DataFrame(rows, columns=["metric", "K2", "K3", "origin"])
+    df["ratio"] = df["K3"] / df["K2"]
+    return df
+
+
+def k2_published_note() -> str:
+    k2 = K3Config.kimi_k2()
+    p, extra = count_params(k2), mtp_layer(k2)
+    b = lambda n: f"{n / 1e9:,.1f}B"
+    return (f"K2's published 1.04T counts one multi-token-prediction (MTP) layer on top of the main model. "
+            f"Our accounting gives {b(p.total)} for the main model, and {b(p.total + extra.total)} with "
+            f"one MTP layer (+{b(extra.total)}), which rounds to the published 1.04T. Active per token: "
+            f"{b(p.active)} for the main model, {b(p.active + extra.active)} with the MTP layer, against "
+            f"32.6B published; the remaining {b(32.6e9 - p.active - extra.active)} is a counting "
+            f"convention we could not pin down.")

@@ -1,0 +1,15 @@
+"""Colours: the Okabe-Ito palette, safe for the common colour-vision deficiencies and legible on both
+the light and the dark Streamlit theme (no pure black or white marks)."""
+OKABE_ITO = {
+    "orange": "#E69F00", "sky": "#56B4E9", "green": "#009E73", "yellow": "#F0E442",
+    "blue": "#0072B2", "vermillion": "#D55E00", "purple": "#CC79A7", "grey": "#999999",
+}
+# One colour per concept, used the same way on every page.
+KDA = OKABE_ITO["sky"]
+MLA = OKABE_ITO["vermillion"]
+DENSE = OKABE_ITO["yellow"]
+MOE = OKABE_ITO["green"]
+K2 = OKABE_ITO["grey"]
+K3 = OKABE_ITO["blue"]
+ACCENT = OKABE_ITO["orange"]
+SEQUENCE = [OKABE_ITO[k] for k in ("blue", "orange", "green", "vermillion", "purple", "sky", "yellow", "grey")]

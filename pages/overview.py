@@ -1,0 +1,71 @@
+"""Overview: the shape of Kimi K3 at a glance, every number computed from the config now."""
+import streamlit as st
+
+from app import ui
+from app.charts.overview import breakdown_figure, frontier_figure, growth_figure, stack_figure
+from app.overview import breakdown, frontier_table, headlines, k2_published_note, k2_vs_k3, layer_stack
+from app.text import fmt_params
+from model.config import K3Config
+
+ui.ignore_unknown_params()
+cfg = K3Config.full()
+ui.page_header(
+    "Kimi K3 at a glance",
+    "Kimi K3 stores **2.8 trillion** parameters but uses only about **104 billion** for each token: "
+    "a sparse mixture of 896 experts, of which every token visits 16. Every number on this page is "
+    "computed now from K3's published configuration and set beside the published figure.",
+    "hover over the layer stack to see what each of the 93 layers is made of.",
+)
+
+st.subheader("The headline numbers, recomputed")
+cards = headlines(cfg)
+for row in (cards[:4], cards[4:]):
+    for col, h in zip(st.columns(4), row):
+        with col.container(border=True):
+            st.metric(h.label, h.computed_text, help=f"Computed: {h.how}. Source of the published figure: {h.source}.")
+            st.caption(f"{h.detail}  \n{h.verdict}" if h.detail else h.verdict)
+st.caption("Computed: from `K3Config.full()` by the parameter accounting of ARCHITECTURE.md §9, the same "
+           "formulas that the tests check against the real PyTorch modules. Published: the K3 report, Table 1.")
+
+st.subheader("93 layers: three KDA, then one gated MLA")
+stack = layer_stack(cfg)
+ui.chart(stack_figure(stack, len(cfg.attnres_blocks)),
+         f"{cfg.n_kda} Kimi Delta Attention layers (fixed-size state) and {cfg.n_mla} gated MLA layers "
+         "(a compressed cache that grows with the text): three KDA then one MLA, 23 times, plus a final MLA. "
+         "Layer 0 has a dense FFN; the other 92 are mixtures of experts. Shaded bands: the 8 Attention-Residual "
+         "blocks (7 of 12 layers and one of 9) over which each layer attends to earlier depth.",
+         alt="Chart of K3's 93 layers: attention type per layer (KDA or MLA), FFN type, and the 8 AttnRes blocks.")
+
+st.subheader("Where the parameters are")
+which = st.segmented_control("Count", ["total", "active"], default="total", key="breakdown_view",
+                             format_func={"total": "stored weights", "active": "used per token"}.get)
+bd = breakdown(cfg)
+routed = bd.set_index("component").loc["routed experts"]
+ui.chart(breakdown_figure(bd, which or "total"),
+         f"Routed experts hold {routed['share of total']:.1%} of all weights, but a token touches only 16 of "
+         f"the 896 in each layer, so they are {routed['share of active']:.1%} of the per-token work. "
+         "The embedding is a table lookup, so it is not counted as active.",
+         alt="Bar chart of K3's parameters by component, as a share of total or active parameters.")
+
+st.subheader("K3 among public mixture-of-experts models")
+frontier = frontier_table()
+ui.chart(frontier_figure(frontier),
+         "Log axes: total parameters (what must be stored) against active parameters (what each token "
+         "computes with). Dotted lines mark a constant active share; K3 sits near 3.7%, the sparse end "
+         "of the field. K3's star is computed here; the other points are published figures.",
+         alt="Log-log scatter of total versus active parameters for public MoE models, K3 highlighted.")
+st.dataframe(
+    frontier[["model", "released", "total_b", "active_b", "active share", "experts", "source"]],
+    hide_index=True, width="stretch", height=36 * (len(frontier) + 1) + 3,
+    column_config={"total_b": st.column_config.NumberColumn("total (B)", format="%,.1f"),
+                   "active_b": st.column_config.NumberColumn("active (B)", format="%,.1f"),
+                   "active share": st.column_config.NumberColumn(format="percent")})
+
+st.subheader("From Kimi K2 to K3")
+growth = k2_vs_k3()
+ui.chart(growth_figure(growth),
+         "Each metric on its own scale; the bold number is the K3 / K2 ratio. K3 has 2.3x the experts and "
+         "routes each token to twice as many, yet a token sends the same number of values to its experts "
+         "(16 x 3,584 = 8 x 7,168) because LatentMoE halves the width experts work in.",
+         alt="Small multiples comparing Kimi K2 and K3 on ten metrics.")
+st.caption(k2_published_note())

@@ -1,0 +1,96 @@
+"""Shared fixtures: a live Streamlit server on a free loopback port and a headless Chromium."""
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+IDLE = '[data-testid="stApp"][data-test-script-state="notRunning"][data-test-connection-state="CONNECTED"]'
+
+
+def chromium_path() -> str | None:
+    for cand in (os.environ.get("K3_CHROMIUM"), "/usr/bin/chromium", shutil.which("chromium"),
+                 shutil.which("chromium-browser")):
+        if cand and os.path.exists(cand):
+            return cand
+    return None
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def server():
+    """Start `streamlit run streamlit_app.py` and yield its base URL; always stopped afterwards."""
+    port = free_port()
+    log = tempfile.NamedTemporaryFile("w+", suffix=".log", delete=False)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "streamlit", "run", "streamlit_app.py", "--server.headless", "true",
+         "--server.address", "127.0.0.1", "--server.port", str(port), "--browser.gatherUsageStats", "false",
+         "--server.fileWatcherType", "none"], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{port}/"
+    try:
+        deadline = time.time() + 90
+        while time.time() < deadline:
+            if proc.poll() is not None:
+                break
+            try:
+                if urllib.request.urlopen(base + "_stcore/health", timeout=1).read() == b"ok":
+                    break
+            except OSError:
+                time.sleep(0.3)
+        else:
+            pytest.fail("streamlit server did not become healthy in 90 s")
+        if proc.poll() is not None:
+            log.seek(0)
+            pytest.fail(f"streamlit server exited early:\n{log.read()[-3000:]}")
+        yield base
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()
+        os.unlink(log.name)
+
+
+@pytest.fixture(scope="session")
+def browser():
+    exe = chromium_path()
+    if exe is None:
+        if os.environ.get("K3_REQUIRE_BROWSER"):
+            pytest.fail("K3_REQUIRE_BROWSER is set but no chromium was found")
+        pytest.skip("no chromium found (install Debian's chromium: apt-get install -y chromium); "
+                    "browser tests skipped")
+    from playwright.sync_api import sync_playwright
+    with sync_playwright() as p:
+        br = p.chromium.launch(executable_path=exe, headless=True, args=CHROMIUM_FLAGS)
+        try:
+            yield br
+        finally:
+            br.close()
+
+
+@pytest.fixture(scope="session")
+def shot_dir():
+    d = Path(os.environ.get("K3_SHOTS") or tempfile.mkdtemp(prefix="k3-shots-"))
+    d.mkdir(parents=True, exist_ok=True)
+    return d
