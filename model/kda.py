@@ -1,0 +1,236 @@
+"""Kimi Delta Attention (ARCHITECTURE.md section 2; Kimi Linear arXiv 2510.26692; K3 report).
+
+Two kernels compute the same gated delta rule: `kda_recurrent`, the plain per-token loop that is the
+reference, and `kda_chunked`, the chunked UT-transform form used by the live model. The layer
+`KimiDeltaAttention` wraps them with projections, short causal convs, the K3 decay gate and the gated
+output norm. Its decode state (`KDACache`) is fixed size whatever the context length.
+"""
+from __future__ import annotations
+
+import functools
+import math
+import time
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from model.norms import RMSNorm
+
+
+def _compute_dtype(x: torch.Tensor) -> torch.dtype:
+    # CONTRACT.md: float64 stays float64 (equivalence tests); anything else runs in float32.
+    return torch.float64 if x.dtype == torch.float64 else torch.float32
+
+
+# ---------------------------------------------------------------------------------------------------
+# Kernels. q, k [B,T,H,K]; v [B,T,H,V]; g [B,T,H,K] log decay (<= 0); beta [B,T,H]; states [B,H,K,V].
+# ---------------------------------------------------------------------------------------------------
+
+def kda_recurrent(q, k, v, g, beta, scale=None, initial_state=None):
+    """Section 2 step 6, one token at a time: decay, delta-rule write, then read."""
+    in_dtype = v.dtype
+    B, T, H, K = q.shape
+    V = v.shape[-1]
+    dt = _compute_dtype(q)
+    scale = K ** -0.5 if scale is None else scale
+    q, k, v, g, beta = (t.to(dt) for t in (q, k, v, g, beta))
+    q = q * scale
+    alpha = g.exp()                                                        # [B, T, H, K]
+    S = (torch.zeros(B, H, K, V, dtype=dt, device=q.device) if initial_state is None
+         else initial_state.to(dt))                                        # [B, H, K, V]
+    outs = []
+    for t in range(T):
+        S = alpha[:, t, :, :, None] * S                                    # decay each key row
+        pred = torch.einsum("bhkv,bhk->bhv", S, k[:, t])                   # S^T k from decayed S
+        delta = beta[:, t, :, None] * (v[:, t] - pred)                     # [B, H, V]
+        S = S + k[:, t, :, :, None] * delta[:, :, None, :]                 # k ⊗ beta (v - S^T k)
+        outs.append(torch.einsum("bhkv,bhk->bhv", S, q[:, t]))             # read after the write
+    o = torch.stack(outs, 1) if outs else v.new_zeros(B, 0, H, V)          # [B, T, H, V]
+    return o.to(in_dtype), S
+
+
+@functools.lru_cache(maxsize=16)
+def _above_diagonal(C: int, device: torch.device) -> torch.Tensor:
+    return torch.ones(C, C, dtype=torch.bool, device=device).triu(1)[:, :, None]   # [C(i), C(j), 1]
+
+
+def kda_chunked(q, k, v, g, beta, scale=None, initial_state=None, chunk_size=64):
+    """Section 2 chunked form. All chunks are processed at once except the state hand-over."""
+    in_dtype = v.dtype
+    B, T, H, K = q.shape
+    V = v.shape[-1]
+    dt = _compute_dtype(q)
+    scale = K ** -0.5 if scale is None else scale
+    S = (torch.zeros(B, H, K, V, dtype=dt, device=q.device) if initial_state is None
+         else initial_state.to(dt))                                        # [B, H, K, V]
+    if T == 0:
+        return v.new_zeros(B, 0, H, V), S
+    C = min(chunk_size, T)                    # a short input (e.g. one decode token) needs no padding
+    N = -(-T // C)
+    # One cat + one pad for all five inputs; padding is q = k = v = 0, g = 0, beta = 0 (section 2),
+    # so padded tokens neither decay nor write the state.
+    x = torch.cat([q.to(dt) * scale, k.to(dt), v.to(dt), g.to(dt), beta.to(dt)[..., None]], -1)
+    x = F.pad(x, (0, 0, 0, 0, 0, N * C - T))                               # [B, N*C, H, 3K+V+1]
+    x = x.view(B, N, C, H, -1).permute(0, 3, 1, 2, 4)                      # [B, H, N, C, 3K+V+1]
+    q, k, v, g, b = x.split([K, K, V, K, 1], -1)                           # b: [B, H, N, C, 1]
+
+    G = g.cumsum(-2)                                                       # [B, H, N, C, K] inclusive
+    gamma = G.exp()                                                        # decay from chunk start
+    # exp(G_i - G_j) only where j <= i: the masked entries (j > i) would overflow, so they become -inf
+    # before the exp (section 2: exponentiate only masked differences).
+    diff = G[..., :, None, :] - G[..., None, :, :]                         # [B, H, N, i, j, K]
+    decay = diff.masked_fill(_above_diagonal(C, q.device), -math.inf).exp()
+    kdec = decay * k[..., None, :, :]                                      # [B, H, N, i, j, K]
+    # Aqk[i, j] and Akk[i, j] in one batched matmul over i: sum_c {q, k}[i, c] k[j, c] e^(G[i,c]-G[j,c])
+    A = kdec @ torch.stack([q, k], -1)                                     # [B, H, N, C, C, 2]
+    Aqk, Akk = A[..., 0], A[..., 1]                                        # [B, H, N, C, C]
+    # UT transform: (I + diag(beta) Akk)^-1 diag(beta) [Gamma ⊙ K, V]. unitriangular=True reads only
+    # the strict lower triangle, so Akk's diagonal (j = i) is ignored as the equation requires.
+    WU = torch.linalg.solve_triangular(b * Akk, b * torch.cat([gamma * k, v], -1),
+                                       upper=False, unitriangular=True)    # [B, H, N, C, K+V]
+    W, U = WU.split([K, V], -1)
+    # S' = diag(Gamma_C) S + Kd^T (U - W S) = (diag(Gamma_C) - Kd^T W) S + Kd^T U, so each chunk's
+    # hand-over is one affine map (M, c) precomputed for all chunks at once.
+    kd = (G[..., -1:, :] - G).exp() * k                                    # k_j decayed to chunk end
+    KdWU = kd.transpose(-1, -2) @ WU                                       # [B, H, N, K, K+V]
+    M = torch.diag_embed(gamma[..., -1, :]) - KdWU[..., :K]                # [B, H, N, K, K]
+    c = KdWU[..., K:]                                                      # [B, H, N, K, V]
+    entering = []
+    for n in range(N):                        # the only sequential part: a loop over chunks
+        entering.append(S)
+        S = c[:, :, n] + M[:, :, n] @ S
+    Sn = torch.stack(entering, 2)                                          # [B, H, N, K, V]
+    O = (q * gamma) @ Sn + Aqk @ (U - W @ Sn)                              # [B, H, N, C, V]
+    o = O.permute(0, 2, 3, 1, 4).reshape(B, N * C, H, V)[:, :T]            # [B, T, H, V]
+    return o.to(in_dtype), S
+
+
+# ---------------------------------------------------------------------------------------------------
+# The layer
+# ---------------------------------------------------------------------------------------------------
+
+@dataclass
+class KDACache:
+    state: torch.Tensor        # [B, H, d_k, d_v] recurrent state after the last token
+    conv_tail: torch.Tensor    # [B, conv - 1, 3P] last pre-conv inputs of q | k | v
+
+    def numel(self) -> int:
+        return self.state.numel() + self.conv_tail.numel()
+
+    def nbytes(self) -> int:
+        return (self.state.numel() * self.state.element_size()
+                + self.conv_tail.numel() * self.conv_tail.element_size())
+
+
+class KimiDeltaAttention(nn.Module):
+    """One KDA layer (section 2). Every projection that reads x is fused into `in_proj` (one matmul
+    instead of six: per-op overhead dominates the live model); `in_proj_layout()` names the slices."""
+
+    def __init__(self, cfg):
+        super().__init__()
+        self.cfg = cfg
+        H, dk, P, d = cfg.kda_heads, cfg.kda_head_dim, cfg.kda_proj, cfg.d_model
+        self.H, self.dk, self.P, self.kc = H, dk, P, cfg.kda_conv
+        self.bound = cfg.kda_gate_bound
+        self.chunk_size = 16    # speed knob only; fastest for 16..256 tokens on the tiny widths (CPU)
+        self.in_proj = nn.Linear(d, 3 * P + dk + H + P, bias=False)   # W_q|W_k|W_v|W_fa|W_b|W_g
+        self.conv = nn.Conv1d(3 * P, 3 * P, cfg.kda_conv, groups=3 * P, bias=False)  # q|k|v depthwise
+        self.W_fb = nn.Linear(dk, P, bias=False)                        # decay low rank, d_k -> P
+        self.A_log = nn.Parameter(torch.zeros(H))                       # section 2: init 0
+        self.dt_bias = nn.Parameter(torch.empty(H, dk))
+        self.o_norm = RMSNorm(dk, cfg.norm_eps)                         # one gain shared by all heads
+        self.out_proj = nn.Linear(P, d, bias=False)                     # W_o
+        self.reset_parameters()
+
+    def in_proj_layout(self) -> dict[str, tuple[int, int]]:
+        sizes = {"W_q": self.P, "W_k": self.P, "W_v": self.P, "W_fa": self.dk, "W_b": self.H, "W_g": self.P}
+        out, start = {}, 0
+        for name, n in sizes.items():
+            out[name] = (start, start + n)
+            start += n
+        return out
+
+    @torch.no_grad()
+    def reset_parameters(self):
+        for lin in (self.in_proj, self.W_fb, self.out_proj):
+            nn.init.normal_(lin.weight, std=0.02)
+        self.conv.reset_parameters()
+        self.A_log.zero_()
+        # Decay per channel: |g| log-uniform in [1e-3, 0.5] at z = 0 (per-token retention 0.61..0.999,
+        # memories of ~2 to ~1000 tokens). Inverting g = bound * sigmoid(dt_bias) gives the bias.
+        mag = torch.empty_like(self.dt_bias).uniform_(math.log(1e-3), math.log(0.5)).exp()
+        self.dt_bias.copy_(torch.logit(mag / -self.bound))
+
+    def _prepare(self, x, cache):
+        B, T, _ = x.shape
+        H, dk, P, kc = self.H, self.dk, self.P, self.kc
+        pre, fa, b_logit, og = self.in_proj(x).split([3 * P, dk, H, P], -1)
+        tail = cache.conv_tail if cache is not None else x.new_zeros(B, kc - 1, 3 * P)
+        xs = torch.cat([tail.to(x.dtype), pre], 1)                     # [B, kc-1+T, 3P]
+        new_tail = xs[:, xs.shape[1] - (kc - 1):]                      # last kc-1 pre-conv inputs
+        # Depthwise causal conv, current token on the last tap, then SiLU (section 2 step 2). Written
+        # as unfold + weighted sum: on these widths ~3x cheaper than mkldnn's depthwise conv1d.
+        y = F.silu((xs.unfold(1, kc, 1) * self.conv.weight[:, 0]).sum(-1))  # [B, T, 3P]
+        qk = y[..., :2 * P].reshape(B, T, 2 * H, dk)                   # q heads then k heads
+        qk = qk * torch.rsqrt(qk.pow(2).sum(-1, keepdim=True) + 1e-6)  # step 3: L2 norm per head
+        q, k = qk.split(H, 2)                                          # [B, T, H, dk] each
+        v = y[..., 2 * P:].reshape(B, T, H, dk)                        # [B, T, H, dv]
+        # Steps 4-5 in fp32 (or fp64 when the module is): beta per head, the K3 bounded decay.
+        ft = _compute_dtype(x)
+        z = self.W_fb(fa).view(B, T, H, dk).to(ft)                     # [B, T, H, dk]
+        g = self.bound * torch.sigmoid(self.A_log.to(ft).exp()[:, None] * (z + self.dt_bias.to(ft)))
+        beta = torch.sigmoid(b_logit.to(ft))                           # [B, T, H]
+        return q, k, v, g, beta, og, new_tail
+
+    def kernel_inputs(self, x, cache=None):
+        """(q, k, v, g, beta) exactly as `forward` feeds them to the kernel (q unscaled: the kernel's
+        default scale d_k^-1/2 is the one the layer uses)."""
+        return self._prepare(x, cache)[:5]
+
+    def forward(self, x, cache=None, chunked=True):
+        B, T, _ = x.shape
+        q, k, v, g, beta, og, new_tail = self._prepare(x, cache)
+        init = cache.state if cache is not None else None
+        scale = self.dk ** -0.5                                        # step 3, applied in the kernel
+        if chunked and T > 1:
+            o, state = kda_chunked(q, k, v, g, beta, scale, init, chunk_size=self.chunk_size)
+        else:   # one decode token: the plain step is the same math in fewer ops than a 1-token chunk
+            o, state = kda_recurrent(q, k, v, g, beta, scale, init)
+        o = self.o_norm(o).reshape(B, T, self.P) * torch.sigmoid(og)  # step 7: norm, full-rank gate
+        return self.out_proj(o), KDACache(state=state, conv_tail=new_tail)
+
+
+if __name__ == "__main__":
+    from model.config import K3Config
+
+    torch.manual_seed(0)
+    cfg = K3Config.tiny()
+    layer = KimiDeltaAttention(cfg).eval()
+    x = torch.randn(1, 64, cfg.d_model)
+
+    def bench(fn, reps=200):                  # median: the machine is shared, means are noisy
+        for _ in range(10):
+            fn()
+        times = []
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - t0)
+        return sorted(times)[reps // 2] * 1e3
+
+    with torch.no_grad():
+        _, cache = layer(x)
+        x1 = torch.randn(1, 1, cfg.d_model)
+        ms_chunk = bench(lambda: layer(x))
+        ms_rec = bench(lambda: layer(x, chunked=False), reps=20)
+        ms_dec = bench(lambda: layer(x1, cache))
+        with torch.profiler.profile() as prof:
+            layer(x)
+        n_ops = sum(1 for e in prof.events() if e.cpu_parent is None and e.name.startswith("aten::"))
+    print(f"KDA tiny layer, x [1,64,{cfg.d_model}] float32, {torch.get_num_threads()} threads")
+    print(f"  chunked forward   {ms_chunk:7.3f} ms  (x {cfg.n_kda} layers = {ms_chunk * cfg.n_kda:.0f} ms)")
+    print(f"  recurrent forward {ms_rec:7.3f} ms")
+    print(f"  decode step       {ms_dec:7.3f} ms")
+    print(f"  top-level aten ops per chunked forward: {n_ops} (views included)")
