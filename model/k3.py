@@ -1,0 +1,196 @@
+"""The whole Kimi K3 forward pass, assembled from one module per mechanism (ARCHITECTURE.md 1-8).
+
+    embedding -> 93 x [ AttnRes read -> RMSNorm -> KDA | gated MLA,
+                        AttnRes read -> RMSNorm -> dense SiTU-GLU (layer 0) | Stable LatentMoE ]
+              -> AttnRes read -> RMSNorm -> untied LM head
+
+There is no `h + f(h)`: the residual stream is the DepthState of model/attnres.py. Everything a page
+plots comes out of the forward call's trace (the router's seam and the AttnRes reads), and every
+per-session choice (routing overrides, quantisation, activation) is an argument of the call, so one
+model instance can serve many sessions without being mutated.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from model.activations import GLUFFN
+from model.attnres import AttnResQuery, DepthState
+from model.config import K3Config
+from model.kda import KDACache, KimiDeltaAttention
+from model.mla import GatedMLA, MLACache
+from model.moe import LatentMoE, RouteInfo, RoutingOverride
+from model.norms import RMSNorm
+
+__all__ = ["K3Model", "K3Output", "K3Cache", "Trace", "RoutingOverride"]
+
+Routing = RoutingOverride | Mapping[int, RoutingOverride] | None
+
+
+@dataclass
+class Trace:
+    """What one forward saw: the routing of every MoE layer and every AttnRes read."""
+    num_layers: int
+    routes: dict[int, RouteInfo] = field(default_factory=dict)   # MoE layer -> router output
+    biases: dict[int, torch.Tensor] = field(default_factory=dict)  # MoE layer -> bias used [E]
+    outputs: dict[tuple[int, str], torch.Tensor] = field(default_factory=dict)  # (layer, module) -> [B,T,d]
+    depth: DepthState | None = None
+
+    def _route(self, layer: int) -> RouteInfo:
+        if layer not in self.routes:
+            raise KeyError(f"layer {layer} has no router (layer 0 is a dense FFN; MoE layers are "
+                           f"1..{self.num_layers - 1})")
+        return self.routes[layer]
+
+    def experts(self, layer: int) -> torch.Tensor:
+        return self._route(layer).indices          # [B, T, k]
+
+    def scores(self, layer: int) -> torch.Tensor:
+        return self._route(layer).scores           # [B, T, E]
+
+    def weights(self, layer: int) -> torch.Tensor:
+        return self._route(layer).weights          # [B, T, k]
+
+    def bias(self, layer: int) -> torch.Tensor:
+        self._route(layer)
+        return self.biases[layer]                  # [E] the balancing bias this call selected with
+
+    def activation_stats(self) -> list[dict]:
+        """Per layer and module: RMS and max |x| of the module's output over every token."""
+        rows = []
+        for (layer, module), out in self.outputs.items():
+            x = out.detach().float()
+            rows.append({"layer": layer, "module": module, "rms": x.pow(2).mean().sqrt().item(),
+                         "max_abs": x.abs().max().item()})
+        return rows
+
+    @property
+    def link_count(self) -> int:
+        return self.depth.links if self.depth is not None else 0
+
+    @property
+    def reads(self) -> list:
+        return self.depth.reads if self.depth is not None else []
+
+
+@dataclass
+class K3Cache:
+    """Decode state per layer: KDACache (fixed size) or MLACache (one latent row per token)."""
+    layers: list[KDACache | MLACache]
+    length: int = 0                                 # tokens seen so far
+
+    def numel(self, kind: str | None = None) -> int:
+        return sum(c.numel() for c in self.layers
+                   if kind is None or (kind == "kda") == isinstance(c, KDACache))
+
+
+@dataclass
+class K3Output:
+    logits: torch.Tensor                            # [B, T, vocab]
+    trace: Trace
+    cache: K3Cache
+
+
+class K3Layer(nn.Module):
+    def __init__(self, cfg: K3Config, index: int):
+        super().__init__()
+        self.index, self.kind = index, cfg.layer_types[index]
+        d = cfg.d_model
+        self.attn_norm = RMSNorm(d, cfg.norm_eps)
+        self.attn = KimiDeltaAttention(cfg) if self.kind == "kda" else GatedMLA(cfg)
+        self.ffn_norm = RMSNorm(d, cfg.norm_eps)
+        self.is_moe = cfg.is_moe(index)
+        self.ffn = LatentMoE(cfg) if self.is_moe else GLUFFN(d, cfg.dense_hidden, cfg.activation)
+        if cfg.attnres:
+            self.q_attn, self.q_ffn = AttnResQuery(d, cfg.norm_eps), AttnResQuery(d, cfg.norm_eps)
+        else:
+            self.q_attn = self.q_ffn = None
+
+    def attention(self, h: torch.Tensor, cache):
+        x = self.attn_norm(h)
+        if self.kind == "mla":
+            # decode steps use the absorbed path: attend over the 576-value latent directly
+            return self.attn(x, cache=cache, absorbed=cache is not None and h.shape[1] == 1)
+        return self.attn(x, cache=cache)
+
+    def feed_forward(self, h: torch.Tensor, routing: RoutingOverride | None, quant: bool,
+                     activation: str | None):
+        x = self.ffn_norm(h)
+        if self.is_moe:
+            return self.ffn(x, routing=routing, quant=quant, activation=activation)
+        return self.ffn(x, activation), None
+
+
+class K3Model(nn.Module):
+    def __init__(self, cfg: K3Config):
+        super().__init__()
+        self.cfg = cfg
+        d = cfg.d_model
+        self.embed = nn.Embedding(cfg.vocab_size, d)
+        self.layers = nn.ModuleList(K3Layer(cfg, i) for i in range(cfg.num_layers))
+        self.q_out = AttnResQuery(d, cfg.norm_eps) if cfg.attnres else None
+        self.final_norm = RMSNorm(d, cfg.norm_eps)
+        self.head = nn.Linear(d, cfg.vocab_size, bias=False)     # untied from the embedding
+        nn.init.normal_(self.head.weight, std=d ** -0.5)
+
+    def forward(self, ids: torch.Tensor, routing: Routing = None, cache: K3Cache | None = None,
+                quant: bool = False, activation: str | None = None, record: bool = True,
+                max_tokens: int | None = None) -> K3Output:
+        """ids [B, T]; `routing` is one RoutingOverride for every MoE layer or {layer: override};
+        `cache` continues a previous call (prefill, then one token at a time); `quant` runs routed
+        experts with MXFP4 weights and MXFP8 activations; `activation` swaps SiTU-GLU for SwiGLU;
+        `max_tokens` is the caller's cap on T (the math has none)."""
+        cfg = self.cfg
+        self._check_ids(ids, max_tokens)
+        state = DepthState(self.embed(ids), cfg.attnres, cfg.attnres_block_size, record=record)
+        trace = Trace(cfg.num_layers, depth=state)
+        new_cache = []
+        for i, layer in enumerate(self.layers):
+            state.begin_layer(i)
+            h, _ = state.read(layer.q_attn)
+            a, layer_cache = layer.attention(h, cache.layers[i] if cache is not None else None)
+            new_cache.append(layer_cache)
+            state.add(a)
+            h, _ = state.read(layer.q_ffn)
+            ov = _routing_for(routing, i)
+            m, info = layer.feed_forward(h, ov, quant, activation)
+            if info is not None:
+                trace.routes[i] = info
+                trace.biases[i] = (layer.ffn.expert_bias if ov is None or ov.use_bias
+                                   else torch.zeros_like(layer.ffn.expert_bias))
+            state.add(m)
+            if record:
+                trace.outputs[(i, "attn")], trace.outputs[(i, "ffn")] = a, m
+        y, _ = state.read(self.q_out, "out")
+        logits = self.head(self.final_norm(y))                    # [B, T, vocab]
+        if not bool(torch.isfinite(logits).all()):
+            raise ValueError("the forward pass produced non-finite logits (NaN or inf): check the "
+                             "weights and any extreme routing or quantisation settings")
+        seen = (cache.length if cache is not None else 0) + ids.shape[1]
+        return K3Output(logits, trace, K3Cache(new_cache, seen))
+
+    def _check_ids(self, ids: torch.Tensor, max_tokens: int | None) -> None:
+        if not isinstance(ids, torch.Tensor) or ids.dim() != 2:
+            raise ValueError(f"ids must be a [batch, tokens] tensor, got {getattr(ids, 'shape', type(ids))}")
+        if ids.dtype not in (torch.int64, torch.int32):
+            raise ValueError(f"ids must be integer token ids, got dtype {ids.dtype}")
+        if ids.shape[1] == 0 or ids.shape[0] == 0:
+            raise ValueError("ids is empty: there must be at least one token")
+        if max_tokens is not None and ids.shape[1] > max_tokens:
+            raise ValueError(f"{ids.shape[1]} tokens is more than the cap of {max_tokens}")
+        lo, hi = int(ids.min()), int(ids.max())
+        if lo < 0 or hi >= self.cfg.vocab_size:
+            raise ValueError(f"token id {lo if lo < 0 else hi} is outside the vocabulary "
+                             f"0..{self.cfg.vocab_size - 1}")
+
+    def moe_layers(self) -> list[LatentMoE]:
+        return [layer.ffn for layer in self.layers if layer.is_moe]
+
+
+def _routing_for(routing: Routing, layer: int) -> RoutingOverride | None:
+    if routing is None or isinstance(routing, RoutingOverride):
+        return routing
+    return routing.get(layer)

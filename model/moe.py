@@ -1,0 +1,289 @@
+"""Stable LatentMoE with grouped dispatch, routing overrides and Quantile Balancing.
+
+ARCHITECTURE.md section 5 (LatentMoE: sigmoid router on the full-width token, experts in a latent
+space of width l = d/2, RMSNorm before the up-projection) and section 6 (Quantile Balancing of the
+selection bias, with the DeepSeek-V3 sign rule for comparison). Section 7 for the quantised experts.
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from model.activations import ACTIVATIONS, GLUFFN
+from model.config import K3Config
+from model.norms import RMSNorm
+from model.quant import mx_fake_quant
+
+
+# ---- routing -----------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class RoutingOverride:
+    """Per-call routing choices for the app; never stored on the module (ARCHITECTURE sec 5)."""
+    top_k: int | None = None           # None: the config's k; n_routed_experts is the "dense" view
+    use_bias: bool = True              # add the balancing bias b before top-k
+    knocked_out: tuple[int, ...] = ()  # never selected
+    forced: tuple[int, ...] = ()       # always selected, in the first slots
+
+    def resolve(self, n_experts: int, default_k: int) -> int:
+        """Validate against E and return the k to use."""
+        k = default_k if self.top_k is None else int(self.top_k)
+        ko, fo = set(self.knocked_out), set(self.forced)
+        bad = [e for e in ko | fo if not 0 <= e < n_experts]
+        if bad:
+            raise ValueError(f"expert ids {sorted(bad)} are outside 0..{n_experts - 1}")
+        if len(fo) != len(self.forced):
+            raise ValueError(f"forced experts repeat: {self.forced}")
+        if ko & fo:
+            raise ValueError(f"experts {sorted(ko & fo)} are both forced and knocked out")
+        if not 1 <= k <= n_experts - len(ko):
+            raise ValueError(f"top_k={k} must lie in 1..{n_experts - len(ko)} "
+                             f"({n_experts} experts, {len(ko)} knocked out)")
+        if len(fo) > k:
+            raise ValueError(f"{len(fo)} forced experts do not fit in top_k={k}")
+        return k
+
+
+@dataclass
+class RouteInfo:
+    scores: torch.Tensor    # [B, T, E] sigmoid router probabilities, fp32 (fp64 for fp64 input)
+    indices: torch.Tensor   # [B, T, k] chosen experts: forced first, then by biased score
+    weights: torch.Tensor   # [B, T, k] raw scores renormalised over the chosen set (sum to 1)
+    cutoff: torch.Tensor    # [B, T] the (k+1)-th biased score; -inf when nothing is left unchosen
+
+
+def route(scores: torch.Tensor, bias: torch.Tensor | None, top_k: int,
+          override: RoutingOverride | None = None):
+    """(indices [..., k], weights [..., k], cutoff [...]) for scores [..., E].
+
+    Selection uses s + b; the weights use the raw s only (K3 report: bias is for selection, and the
+    routed scaling factor is 1.0), so the balancing bias never changes what an expert contributes.
+    """
+    E = scores.shape[-1]
+    ov = override or RoutingOverride()
+    k = ov.resolve(E, top_k)
+    biased = scores + bias if (ov.use_bias and bias is not None) else scores    # [..., E]
+    blocked = tuple(ov.forced) + tuple(ov.knocked_out)
+    if blocked:   # forced experts take their slots outside the top-k; knocked-out ones never compete
+        biased = biased.index_fill(-1, torch.tensor(blocked, device=scores.device), -math.inf)
+    free = k - len(ov.forced)                           # slots decided by score
+    m = min(free + 1, E)                                # one more for the cutoff when it exists
+    vals, idx = torch.topk(biased, m, dim=-1, sorted=True)                  # [..., m]
+    if free + 1 <= E:
+        cutoff = vals[..., free]                                             # [...]
+        idx = idx[..., :free]
+    else:
+        cutoff = torch.full_like(vals[..., 0], -math.inf)
+    if ov.forced:
+        lead = torch.tensor(ov.forced, device=scores.device).expand(*idx.shape[:-1], len(ov.forced))
+        idx = torch.cat([lead, idx], dim=-1)                                 # [..., k]
+    raw = scores.gather(-1, idx)                                             # [..., k]
+    weights = raw / raw.sum(-1, keepdim=True).clamp_min(1e-30)
+    return idx, weights, cutoff
+
+
+def expert_load(indices: torch.Tensor, n_experts: int) -> torch.Tensor:
+    return torch.bincount(indices.reshape(-1), minlength=n_experts)          # [E] long
+
+
+# ---- grouped dispatch --------------------------------------------------------------------------
+
+def grouped_experts(z, indices, weights, w_gate, w_up, w_down, act, quant_act: bool = False):
+    """sum_i p_i E_i(z) for every token, as batched matmuls over (token, slot) pairs sorted by expert.
+
+    z [N, w]; indices, weights [N, k]; w_gate, w_up [E, w, f]; w_down [E, f, w] -> [N, w].
+    Sorting groups each expert's pairs together (what an expert-parallel all-to-all sends to one
+    rank); each pair then reads its expert's weights with index_select and one bmm per matrix.
+    """
+    N, k = indices.shape
+    flat = indices.reshape(-1)                                   # [N*k] expert of each pair
+    order = torch.argsort(flat, stable=True)                     # [P] pairs grouped by expert
+    expert = flat[order]                                         # [P] sorted expert ids
+    token = torch.div(order, k, rounding_mode="floor")           # [P] token of each sorted pair
+    if quant_act:   # MXFP8 per token row: tokens never share a block scale (keeps causality)
+        z = mx_fake_quant(z, "e4m3", per_row=True)
+    zp = z.index_select(0, token).unsqueeze(1)                   # [P, 1, w]
+    g = torch.bmm(zp, w_gate.index_select(0, expert))            # [P, 1, f]
+    u = torch.bmm(zp, w_up.index_select(0, expert))              # [P, 1, f]
+    h = act(g, u)                                                # [P, 1, f]
+    if quant_act:
+        h = mx_fake_quant(h, "e4m3", per_row=True)
+    out = torch.bmm(h, w_down.index_select(0, expert)).squeeze(1)   # [P, w]
+    out = out * weights.reshape(-1)[order].unsqueeze(1).to(out.dtype)
+    return out.new_zeros(N, out.shape[1]).index_add_(0, token, out)  # [N, w]
+
+
+# ---- the layer ---------------------------------------------------------------------------------
+
+class LatentMoE(nn.Module):
+    """y = SharedExperts(x) + W_up RMSNorm( sum_{i in T} p_i E_i(x W_down) )   (ARCHITECTURE sec 5)."""
+
+    def __init__(self, cfg: K3Config):
+        super().__init__()
+        self.cfg = cfg
+        d, E, f = cfg.d_model, cfg.n_routed_experts, cfg.expert_hidden
+        w = cfg.expert_width                                      # l, or d without a latent space
+        self.n_experts, self.top_k, self.activation = E, cfg.top_k, cfg.activation
+        self.router = nn.Linear(d, E, bias=False)                 # W_r [E, d], no bias
+        if cfg.latent_dim:
+            self.down = nn.Linear(d, w, bias=False)               # W_down d -> l
+            self.up = nn.Linear(w, d, bias=False)                 # W_up l -> d
+            self.norm = RMSNorm(w, cfg.norm_eps)                  # the "stable" norm, with gain
+        else:                                                     # Kimi K2 style: full-width experts
+            self.down = self.up = self.norm = None
+        self.shared = GLUFFN(d, cfg.n_shared_experts * cfg.shared_hidden, cfg.activation)
+        # Routed experts stacked so dispatch is index_select + bmm, never a loop over experts.
+        self.w_gate = nn.Parameter(torch.empty(E, w, f))          # [E, l, f]
+        self.w_up = nn.Parameter(torch.empty(E, w, f))            # [E, l, f]
+        self.w_down = nn.Parameter(torch.empty(E, f, w))          # [E, f, l]
+        for p, fan_in in ((self.w_gate, w), (self.w_up, w), (self.w_down, f)):
+            nn.init.uniform_(p, -fan_in ** -0.5, fan_in ** -0.5)  # nn.Linear's default range
+        # Set by Quantile Balancing, not by gradients: a buffer, outside the parameter count.
+        self.register_buffer("expert_bias", torch.zeros(E))
+        self._quant_cache = None
+
+    def _expert_weights(self, quant: bool):
+        ws = (self.w_gate, self.w_up, self.w_down)
+        if not quant:
+            return ws
+        # MXFP4 blocks of 32 along the row-major flattening of each expert's tensor (sec 7).
+        def q(p):
+            return mx_fake_quant(p.reshape(p.shape[0], -1), "e2m1", per_row=True).reshape(p.shape)
+        if torch.is_grad_enabled() and any(p.requires_grad for p in ws):
+            return tuple(q(p) for p in ws)                        # straight-through in training
+        key = tuple((p.data_ptr(), p._version, p.dtype) for p in ws)
+        if self._quant_cache is None or self._quant_cache[0] != key:
+            with torch.no_grad():
+                self._quant_cache = (key, tuple(q(p) for p in ws))
+        return self._quant_cache[1]
+
+    def forward(self, x: torch.Tensor, routing: RoutingOverride | None = None, quant: bool = False,
+                activation: str | None = None):
+        B, T, d = x.shape
+        act_name = activation or self.activation
+        act = ACTIVATIONS[act_name]
+        xf = x.reshape(B * T, d)                                              # [N, d]
+        rdt = torch.float64 if x.dtype == torch.float64 else torch.float32
+        scores = torch.sigmoid(F.linear(xf.to(rdt), self.router.weight.to(rdt)))   # [N, E] fp32
+        use_bias = routing is None or routing.use_bias
+        idx, p, cutoff = route(scores, self.expert_bias.to(rdt) if use_bias else None,
+                               self.top_k, routing)                          # [N, k], [N, k], [N]
+        z = self.down(xf) if self.down is not None else xf                    # [N, l]
+        wg, wu, wd = self._expert_weights(quant)
+        u = grouped_experts(z, idx, p, wg, wu, wd, act, quant_act=quant)      # [N, l]
+        if self.cfg.router_scale != 1.0:                                      # K2: 2.827; K3: 1.0
+            u = u * self.cfg.router_scale
+        routed = self.up(self.norm(u)) if self.up is not None else u          # [N, d]
+        y = self.shared(xf, act_name) + routed                                # [N, d]
+        k = idx.shape[-1]
+        info = RouteInfo(scores.reshape(B, T, -1), idx.reshape(B, T, k), p.reshape(B, T, k),
+                         cutoff.reshape(B, T))
+        return y.reshape(B, T, d), info
+
+
+# ---- Quantile Balancing (ARCHITECTURE sec 6) -----------------------------------------------------
+
+def _cutoff(scores: torch.Tensor, bias: torch.Tensor, top_k: int) -> torch.Tensor:
+    # alpha_i: the (k+1)-th largest biased score of token i, the bar a new expert has to clear
+    if top_k >= scores.shape[-1]:
+        raise ValueError("balancing needs top_k < number of experts")
+    return torch.topk(scores + bias, top_k + 1, dim=-1).values[:, top_k]       # [m]
+
+
+def _target_rank(m: int, top_k: int, n_experts: int) -> int:
+    # q = m k / n tokens per expert; floored when fractional (the expert then takes at most
+    # floor(q) tokens from the quantile alone), and at most m - 1 so it indexes a real token.
+    return min(m * top_k // n_experts, m - 1)
+
+
+def quantile_balance(scores: torch.Tensor, bias: torch.Tensor, top_k: int,
+                     centre: bool = True) -> torch.Tensor:
+    """Next bias [E] from scores [m, E] (after sigmoid) routed with the current bias [E].
+
+    b^_j = -(the (q+1)-th largest margin s_ij - alpha_i of expert j): with it exactly the q tokens
+    with the largest margins clear their cutoffs, i.e. the exact per-expert coordinate minimiser
+    of the balancing dual. Mean-centred (unless centre=False), since a common shift changes no
+    selection. The experts move together, so one step is not exact at scale; a few steps settle.
+    """
+    m, E = scores.shape
+    margin = scores - _cutoff(scores, bias, top_k).unsqueeze(1)               # [m, E]
+    q = _target_rank(m, top_k, E)
+    b_hat = -torch.topk(margin, q + 1, dim=0).values[q]                        # [E]
+    return b_hat - b_hat.mean() if centre else b_hat
+
+
+class QuantileHistogram:
+    """Histogram estimator of QB: counts of the required bias r = alpha_i - s_ij per expert.
+
+    Counts add across micro-batches (and ranks: all-reduce .counts and .m), so the quantile never
+    needs all scores in one place. The range [b_min - 1, b_max + 1] holds every r while scores lie
+    in [0, 1]; the error of the read-out is at most one bin width.
+    """
+
+    def __init__(self, bias: torch.Tensor, top_k: int, bins: int = 1000):
+        self.top_k, self.bins, self.dtype = top_k, bins, bias.dtype
+        self.lo = float(bias.min()) - 1.0
+        self.hi = float(bias.max()) + 1.0
+        self.width = (self.hi - self.lo) / bins
+        self.counts = torch.zeros(bias.shape[0], bins, dtype=torch.float64)   # [E, bins]
+        self.m = 0
+
+    def add(self, scores: torch.Tensor, bias: torch.Tensor) -> "QuantileHistogram":
+        E = scores.shape[1]
+        r = _cutoff(scores, bias, self.top_k).unsqueeze(1) - scores             # [m, E]
+        b = ((r.double() - self.lo) / self.width).floor().long().clamp(0, self.bins - 1)
+        flat = (b + torch.arange(E).unsqueeze(0) * self.bins).reshape(-1)       # [m*E]
+        self.counts += torch.bincount(flat, minlength=E * self.bins).reshape(E, self.bins)
+        self.m += scores.shape[0]
+        return self
+
+    def bias(self, centre: bool = True) -> torch.Tensor:
+        # b^_j is the (q+1)-th smallest r of expert j (= minus the (q+1)-th largest margin).
+        E = self.counts.shape[0]
+        target = _target_rank(self.m, self.top_k, E) + 1
+        cum = torch.cat([torch.zeros(E, 1, dtype=torch.float64), self.counts.cumsum(1)], 1)  # [E, bins+1]
+        j = (cum[:, 1:] < target).sum(1, keepdim=True).clamp(max=self.bins - 1)  # [E, 1] bin of it
+        before = cum.gather(1, j)                                             # count below the bin
+        inside = self.counts.gather(1, j).clamp_min(1)
+        # Linear interpolation: the t-th of n values spread evenly in a bin sits at (t - 1/2) / n.
+        b_hat = (self.lo + self.width * (j + (target - before - 0.5) / inside)).squeeze(1)   # [E]
+        return (b_hat - b_hat.mean() if centre else b_hat).to(self.dtype)
+
+
+def quantile_balance_hist(scores: torch.Tensor, bias: torch.Tensor, top_k: int,
+                          bins: int = 1000, centre: bool = True) -> torch.Tensor:
+    return QuantileHistogram(bias, top_k, bins).add(scores, bias).bias(centre).to(scores.dtype)
+
+
+def sign_rule_update(load: torch.Tensor, bias: torch.Tensor, gamma: float = 1e-3) -> torch.Tensor:
+    # DeepSeek-V3 (arXiv 2412.19437 sec 2.1.2): b_j += gamma * sign(mean load - load_j), a SignSGD
+    # step on the same dual objective QB minimises exactly.
+    load = load.to(bias.dtype)
+    return bias + gamma * torch.sign(load.mean() - load)
+
+
+# ---- timing ------------------------------------------------------------------------------------
+
+if __name__ == "__main__":
+    torch.manual_seed(0)
+    cfg = K3Config.tiny()
+    moe = LatentMoE(cfg).eval()
+    x = torch.randn(1, 64, cfg.d_model)
+    print(f"torch threads: {torch.get_num_threads()}")
+    for quant in (False, True):
+        times = []
+        with torch.no_grad():
+            for i in range(60):
+                t0 = time.perf_counter()
+                moe(x, quant=quant)
+                if i >= 10:                                   # skip warm-up
+                    times.append(time.perf_counter() - t0)
+        times.sort()
+        print(f"LatentMoE tiny ({cfg.n_routed_experts} experts, top-{cfg.top_k}, l={cfg.latent_dim}, "
+              f"f={cfg.expert_hidden}), x [1, 64, {cfg.d_model}], quant={quant}: "
+              f"median {times[len(times) // 2] * 1e3:.2f} ms, best {times[0] * 1e3:.2f} ms per forward")

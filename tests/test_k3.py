@@ -1,0 +1,153 @@
+"""The assembled model: accounting equals numel, decode equals the full forward, the trace counts the
+real AttnRes reads, routing overrides act only where and how they are asked to."""
+import pytest
+import torch
+
+from model.accounting import count_params
+from model.attnres import link_count
+from model.config import K3Config
+from model.k3 import K3Model, RoutingOverride
+
+
+def make(cfg, seed=0, dtype=torch.float32):
+    torch.manual_seed(seed)
+    return K3Model(cfg).to(dtype).eval()
+
+
+@pytest.mark.parametrize("cfg", [K3Config.micro(), K3Config.tiny(), K3Config.micro().with_(attnres="full"),
+                                 K3Config.micro().with_(attnres=None, mla_gate=False, latent_dim=None)],
+                         ids=["micro", "tiny", "micro-full-attnres", "micro-k2-style"])
+def test_accounting_equals_numel_of_the_real_model(cfg):
+    model = K3Model(cfg)
+    assert sum(p.numel() for p in model.parameters()) == count_params(cfg).total
+    # the balancing bias is a buffer set by QB, not a trainable parameter
+    assert all("expert_bias" not in n for n, _ in model.named_parameters())
+
+
+@pytest.mark.parametrize("mode,block", [("block", 2), ("block", 12), ("full", None)])
+def test_trace_link_count_matches_closed_form(mode, block):
+    cfg = K3Config.micro().with_(attnres=mode, attnres_block_size=block or 12)
+    out = make(cfg)(torch.randint(0, cfg.vocab_size, (1, 5)))
+    assert out.trace.link_count == link_count(cfg.num_layers, block, reads_per_layer=2, output_read=True)
+    assert len(out.trace.reads) == 2 * cfg.num_layers + 1
+
+
+def test_tiny_trace_counts_1003_links_and_routes_top16():
+    cfg = K3Config.tiny()
+    out = make(cfg)(torch.randint(0, cfg.vocab_size, (1, 6)))
+    assert out.trace.link_count == 1003                   # ARCHITECTURE.md section 1, as K3 runs it
+    assert out.logits.shape == (1, 6, cfg.vocab_size)
+    e = out.trace.experts(92)
+    assert e.shape == (1, 6, 16) and all(len(set(row.tolist())) == 16 for row in e[0])
+    assert out.trace.scores(1).shape == (1, 6, 896)
+    assert torch.allclose(out.trace.weights(40).sum(-1), torch.ones(1, 6))
+    with pytest.raises(KeyError, match="dense"):
+        out.trace.experts(0)
+
+
+@pytest.mark.parametrize("mode", ["block", "full"])
+def test_prefill_then_decode_equals_full_forward(mode):
+    cfg = K3Config.micro().with_(attnres=mode)
+    model = make(cfg, dtype=torch.float64)
+    ids = torch.randint(0, cfg.vocab_size, (2, 9))
+    with torch.no_grad():
+        full = model(ids).logits
+        out = model(ids[:, :4])
+        steps = [out.logits]
+        cache = out.cache
+        for t in range(4, 9):
+            out = model(ids[:, t:t + 1], cache=cache)
+            cache = out.cache
+            steps.append(out.logits)
+    assert torch.allclose(torch.cat(steps, 1), full, atol=1e-9)
+    assert cache.length == 9
+    # MLA caches grow one latent row per token; KDA states do not grow
+    mla_per_token = cfg.kv_lora_rank + cfg.qk_rope_dim
+    assert cache.numel("mla") == 2 * 9 * mla_per_token * cfg.n_mla
+    short = model(ids[:, :2]).cache
+    assert short.numel("kda") == cache.numel("kda")
+
+
+def test_causal():
+    cfg = K3Config.micro()
+    model = make(cfg, dtype=torch.float64)
+    ids = torch.randint(0, cfg.vocab_size, (1, 8))
+    ids2 = ids.clone()
+    ids2[0, 6] = (ids[0, 6] + 1) % cfg.vocab_size
+    a, b = model(ids).logits, model(ids2).logits
+    assert torch.equal(a[:, :6], b[:, :6]) and not torch.allclose(a[:, 6:], b[:, 6:])
+
+
+def test_routing_override_per_layer_changes_only_later_layers():
+    cfg = K3Config.micro()
+    model = make(cfg)
+    ids = torch.randint(0, cfg.vocab_size, (1, 7))
+    base = model(ids)
+    knocked = tuple(base.trace.experts(3)[0, 0].tolist())            # token 0's choices at layer 3
+    out = model(ids, routing={3: RoutingOverride(knocked_out=knocked)})
+    for layer in (1, 2):
+        assert torch.equal(out.trace.experts(layer), base.trace.experts(layer))
+    assert not set(out.trace.experts(3)[0, 0].tolist()) & set(knocked)
+    assert not torch.allclose(out.logits, base.logits)
+    forced = model(ids, routing=RoutingOverride(forced=(5,), top_k=2))
+    for layer in cfg.moe_layers:
+        e = forced.trace.experts(layer)
+        assert e.shape[-1] == 2 and bool((e == 5).any(-1).all())
+    dense = model(ids, routing=RoutingOverride(top_k=cfg.n_routed_experts))
+    assert dense.trace.experts(1).shape[-1] == cfg.n_routed_experts
+
+
+def test_zero_queries_read_uniformly_and_options_change_the_output():
+    cfg = K3Config.micro()
+    model = make(cfg)
+    ids = torch.randint(0, cfg.vocab_size, (1, 5))
+    out = model(ids)
+    for label, w, names in out.trace.reads:
+        assert torch.allclose(w, torch.full_like(w, 1 / len(names))), label
+    assert not torch.allclose(model(ids, activation="swiglu").logits, out.logits)
+    q = model(ids, quant=True).logits
+    # MXFP4 experts perturb the output (per-layer error bounds are tested in test_moe / test_quant)
+    assert not torch.equal(q, out.logits) and torch.isfinite(q).all()
+
+
+def test_the_model_is_not_mutated_by_a_call():
+    cfg = K3Config.micro()
+    model = make(cfg)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    model(torch.randint(0, cfg.vocab_size, (1, 5)), routing=RoutingOverride(top_k=1, use_bias=False),
+          quant=True, activation="swiglu")
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+
+
+def test_bad_input_gets_a_clear_error():
+    cfg = K3Config.micro()
+    model = make(cfg)
+    with pytest.raises(ValueError, match="empty"):
+        model(torch.zeros(1, 0, dtype=torch.long))
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        model(torch.tensor([[1, cfg.vocab_size]]))
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        model(torch.tensor([[-1, 2]]))
+    with pytest.raises(ValueError, match="cap"):
+        model(torch.zeros(1, 9, dtype=torch.long), max_tokens=8)
+    with pytest.raises(ValueError, match="integer"):
+        model(torch.zeros(1, 3))
+    with torch.no_grad():
+        model.head.weight[0, 0] = float("nan")
+    with pytest.raises(ValueError, match="non-finite"):
+        model(torch.zeros(1, 3, dtype=torch.long))
+
+
+def test_trace_exposes_bias_sources_and_activation_statistics():
+    cfg = K3Config.tiny()
+    model = make(cfg)
+    for moe in model.moe_layers():
+        moe.expert_bias.normal_()
+    out = model(torch.randint(0, cfg.vocab_size, (1, 4)))
+    assert torch.equal(out.trace.bias(7), model.layers[7].ffn.expert_bias)
+    no_bias = model(torch.randint(0, cfg.vocab_size, (1, 4)), routing=RoutingOverride(use_bias=False))
+    assert not no_bias.trace.bias(7).any()
+    label, w, names = out.trace.reads[-1]
+    assert label == "out" and len(names) == 9 == w.shape[-1]     # embedding + 7 sealed blocks + partial
+    stats = out.trace.activation_stats()
+    assert len(stats) == 2 * 93 and all(s["rms"] > 0 and s["max_abs"] >= s["rms"] for s in stats)
