@@ -86,13 +86,19 @@ def test_parameters_match_accounting():
     assert "expert_bias" in moe.state_dict()
 
 
-@pytest.mark.parametrize("variant", ["plain", "quant", "swiglu", "no_latent", "override"])
+@pytest.mark.parametrize("variant", ["plain", "quant", "swiglu", "no_latent", "override", "sparse_groups",
+                                     "sparse_groups_quant"])
 def test_grouped_dispatch_equals_loop(variant):
+    # 10 tokens over 16 experts fill the groups (padded layout); 3 tokens over 128 experts leave most
+    # groups empty (per-pair layout): both layouts must equal the loop
     cfg = MICRO.with_(latent_dim=None) if variant == "no_latent" else MICRO
+    shape = (2, 5)
+    if variant.startswith("sparse_groups"):
+        cfg, shape = MICRO.with_(n_routed_experts=128), (1, 3)
     moe = make_moe(cfg)
-    x = torch.randn(2, 5, cfg.d_model, dtype=torch.float64)
+    x = torch.randn(*shape, cfg.d_model, dtype=torch.float64)
     kw, ref_kw = {}, {}
-    if variant == "quant":
+    if variant.endswith("quant"):
         kw = ref_kw = {"quant": True}
     if variant == "swiglu":
         kw, ref_kw = {"activation": "swiglu"}, {"act": "swiglu"}
@@ -235,6 +241,9 @@ def test_qb_exact_and_histogram():
     raw = quantile_balance(s, b, 4, centre=False)
     np.testing.assert_allclose(raw.numpy(), ref, rtol=0, atol=1e-12)
     np.testing.assert_allclose(quantile_balance(s, b, 4).numpy(), ref - ref.mean(), atol=1e-12)
+    # the forward's own cutoffs (what training reuses) give the same bias
+    _, _, cutoff = route(s, b, 4)
+    assert torch.equal(quantile_balance(s, b, 4, cutoff=cutoff), quantile_balance(s, b, 4))
     width = (b.max() - b.min() + 2).item() / 1000
     hist = quantile_balance_hist(s, b, 4, bins=1000, centre=False)
     assert (hist - raw).abs().max().item() <= width                    # within one bin

@@ -1,0 +1,121 @@
+"""The shipped live instance: safetensors with routed experts packed as real MXFP4 (ARCHITECTURE.md 7).
+
+Layout of assets/k3_tiny.safetensors:
+* every routed-expert tensor (w_gate, w_up, w_down of each MoE layer) as two uint8 tensors,
+  `<name>.mxfp4_codes` (E2M1 codes, two per byte) and `<name>.mxfp4_scales` (one E8M0 byte per block
+  of 32 along each expert's row-major flattening): 4.25 bits per value;
+* the balancing biases (buffers set by Quantile Balancing) in fp32;
+* everything else in bf16, as K3 keeps attention, router, latent projections and shared experts in
+  higher precision than its experts.
+The file's SHA-256 is stored beside it (assets/k3_tiny.json, with the training facts) and checked on
+load. Never pickle: safetensors only.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from model.config import K3Config
+from model.k3 import K3Model
+from model.quant import pack_mxfp4, unpack_mxfp4
+from model.tokenizer import TOKENIZER_PATH, Tokenizer
+
+ASSETS = Path(__file__).resolve().parent.parent / "assets"
+CHECKPOINT = ASSETS / "k3_tiny.safetensors"
+CARD = ASSETS / "k3_tiny.json"
+EXPERT_TENSORS = (".ffn.w_gate", ".ffn.w_up", ".ffn.w_down")
+RETRAIN = "re-run `python -m model.train` (or restore the file from git)"
+
+
+class CheckpointError(RuntimeError):
+    pass
+
+
+def is_expert_tensor(name: str) -> bool:
+    return name.endswith(EXPERT_TENSORS)
+
+
+def sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def pack_state(model: K3Model) -> dict[str, torch.Tensor]:
+    out = {}
+    for name, t in model.state_dict().items():
+        t = t.detach().cpu()
+        if is_expert_tensor(name):
+            # the model quantises each expert's flattening in blocks of 32; when an expert holds a
+            # whole number of blocks that equals blocking the flattening of the whole tensor
+            if t[0].numel() % 32:
+                raise ValueError(f"{name}: {t[0].numel()} values per expert is not a multiple of 32")
+            codes, scales = pack_mxfp4(t.float())
+            out[name + ".mxfp4_codes"], out[name + ".mxfp4_scales"] = codes, scales
+        elif name.endswith("expert_bias"):
+            out[name] = t.float().contiguous()
+        else:
+            out[name] = t.to(torch.bfloat16).contiguous()
+    return out
+
+
+def unpack_state(packed: dict[str, torch.Tensor], model: K3Model) -> dict[str, torch.Tensor]:
+    state = {}
+    for name, ref in model.state_dict().items():
+        if is_expert_tensor(name):
+            codes, scales = packed[name + ".mxfp4_codes"], packed[name + ".mxfp4_scales"]
+            state[name] = unpack_mxfp4(codes, scales, ref.shape, dtype=ref.dtype)
+        else:
+            state[name] = packed[name].to(ref.dtype)
+    return state
+
+
+def save_pretrained(model: K3Model, facts: dict, path: Path = CHECKPOINT, card: Path = CARD) -> dict:
+    """Write the packed checkpoint and its card (config, checksum, training facts)."""
+    packed = pack_state(model)
+    save_file(packed, str(path), metadata={"format": "k3-tiny-mxfp4", "config": json.dumps(model.cfg.to_dict())})
+    info = {"file": path.name, "sha256": sha256(path), "bytes": path.stat().st_size,
+            "config": model.cfg.to_dict(), **facts}
+    card.write_text(json.dumps(info, indent=1))
+    return info
+
+
+def read_card(card: Path = CARD) -> dict:
+    if not card.exists():
+        raise CheckpointError(f"{card} is missing: {RETRAIN}")
+    return json.loads(card.read_text())
+
+
+def load_pretrained(path: Path = CHECKPOINT, card: Path = CARD,
+                    tokenizer_path: Path = TOKENIZER_PATH) -> tuple[K3Model, Tokenizer]:
+    """(model, tokenizer) of the shipped live instance, in eval mode, weights verified by checksum."""
+    t0 = time.perf_counter()
+    if not path.exists():
+        raise CheckpointError(f"{path} is missing: {RETRAIN}")
+    info = read_card(card)
+    digest = sha256(path)
+    if digest != info.get("sha256"):
+        raise CheckpointError(f"{path} does not match the checksum in {card.name} (file corrupt or "
+                              f"replaced): {RETRAIN}")
+    cfg = K3Config(**info["config"])
+    with torch.device("meta"):
+        model = K3Model(cfg)                   # no random init of 35M parameters just to overwrite it
+    try:
+        packed = load_file(str(path))
+        model.load_state_dict(unpack_state(packed, model), assign=True, strict=True)
+    except (KeyError, RuntimeError, ValueError) as e:
+        raise CheckpointError(f"{path} could not be read ({e}): {RETRAIN}") from e
+    model.eval().requires_grad_(False)
+    tok = Tokenizer.load(tokenizer_path)
+    if tok.vocab_size != cfg.vocab_size:
+        raise CheckpointError(f"{tokenizer_path.name} has {tok.vocab_size} pieces but the checkpoint "
+                              f"expects {cfg.vocab_size}: {RETRAIN}")
+    model.load_seconds = time.perf_counter() - t0
+    return model, tok

@@ -1,0 +1,251 @@
+"""Train the live tiny K3 on the standard library's documentation and code (model/corpus.py).
+
+    python -m model.train [--steps N] [--minutes M] [--batch B] [--seq T] [--fresh]
+
+* Quantile Balancing after every step (the bias of step s comes from step s-1's routing, reusing the
+  forward's top-(k+1) cutoffs), MXFP4 fake-quantised routed experts with MXFP8 activations and a
+  straight-through estimator in the last phase (quantisation-aware, as K3), fused AdamW, fixed seed.
+* A CSV log per step in runs/train_log.csv; resumable from runs/state.safetensors (+ .json), saved
+  every few minutes; the data order depends only on (seed, step), so a resumed run sees the same
+  batches an uninterrupted one would.
+* Device-agnostic: uses CUDA when available, with a larger batch.
+At the end it writes the packed checkpoint to assets/ and copies the log to assets/train_log.csv.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import shutil
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from safetensors.torch import load_file, save_file
+from tqdm import tqdm
+
+from model.checkpoint import ASSETS, save_pretrained
+from model.config import K3Config
+from model.corpus import SEPARATOR, documents, fingerprint, split
+from model.k3 import K3Model
+from model.moe import expert_load
+from model.tokenizer import Tokenizer
+
+ROOT = Path(__file__).resolve().parent.parent
+RUNS = ROOT / "runs"
+LOG_FIELDS = ["step", "tokens", "loss", "val_loss", "lr", "quant", "max_mean_load", "dead_experts",
+              "bias_spread", "seconds"]
+
+
+def token_arrays(tok: Tokenizer) -> tuple[np.ndarray, np.ndarray, dict]:
+    """(train ids, validation ids, facts), cached in runs/ keyed by the corpus fingerprint."""
+    docs = documents()
+    key = fingerprint(docs)
+    RUNS.mkdir(exist_ok=True)
+    cache = RUNS / f"tokens-{key}.npz"
+    train_docs, val_docs = split(docs)
+    if cache.exists():
+        z = np.load(cache)
+        train, val = z["train"], z["val"]
+    else:
+        def enc(ds):
+            ids = []
+            for d in tqdm(ds, desc="tokenising", leave=False):
+                ids.extend(tok.encode(d + SEPARATOR))
+                ids.append(tok.eos_id)
+            return np.array(ids, dtype=np.uint16)
+        train, val = enc(train_docs), enc(val_docs)
+        np.savez(cache, train=train, val=val)
+    facts = {"corpus_fingerprint": key, "documents": len(docs), "train_documents": len(train_docs),
+             "val_documents": len(val_docs), "train_tokens": int(train.size), "val_tokens": int(val.size),
+             "train_chars": sum(len(d) for d in train_docs)}
+    return train, val, facts
+
+
+def batch(data: np.ndarray, rng: np.random.Generator, B: int, T: int, device) -> torch.Tensor:
+    starts = rng.integers(0, data.size - T - 1, size=B)
+    return torch.from_numpy(np.stack([data[s:s + T + 1] for s in starts]).astype(np.int64)).to(device)
+
+
+def lr_at(step: int, total: int, peak: float, warmup: int) -> float:
+    if step < warmup:
+        return peak * (step + 1) / warmup
+    progress = min(1.0, (step - warmup) / max(1, total - warmup))
+    return peak * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
+
+
+@torch.no_grad()
+def evaluate(model: K3Model, val: np.ndarray, T: int, device, n_batches: int = 4, B: int = 8,
+             quant: bool = False) -> float:
+    rng = np.random.default_rng(12345)                    # the same held-out windows every time
+    losses = []
+    for _ in range(n_batches):
+        ids = batch(val, rng, B, T, device)
+        out = model(ids[:, :-1], quant=quant, record=False)
+        losses.append(F.cross_entropy(out.logits.flatten(0, 1).float(), ids[:, 1:].flatten()).item())
+    return float(np.mean(losses))
+
+
+@torch.no_grad()
+def balance_step(model: K3Model, routes: dict) -> dict:
+    """Quantile Balancing for every MoE layer from this batch's routing; returns load statistics
+    of the batch (measured before the update)."""
+    from model.moe import quantile_balance
+    ratios, dead, spread = [], [], []
+    for i, info in routes.items():
+        moe = model.layers[i].ffn
+        E, k = moe.n_experts, info.indices.shape[-1]
+        load = expert_load(info.indices, E).float()
+        ratios.append((load.max() / load.mean()).item())
+        dead.append(int((load == 0).sum()))
+        scores = info.scores.reshape(-1, E).float()
+        moe.expert_bias.copy_(quantile_balance(scores, moe.expert_bias.float(), k,
+                                               cutoff=info.cutoff.reshape(-1).float()))
+        spread.append((moe.expert_bias.max() - moe.expert_bias.min()).item())
+    return {"max_mean_load": max(ratios), "dead_experts": float(np.mean(dead)),
+            "bias_spread": float(np.mean(spread))}
+
+
+def save_state(model, opt, step: int, args: dict, path: Path = RUNS / "state"):
+    tensors = {f"model.{k}": v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
+    names = {id(p): n for n, p in model.named_parameters()}
+    for group in opt.param_groups:
+        for p in group["params"]:
+            st = opt.state.get(p, {})
+            for key in ("exp_avg", "exp_avg_sq", "step"):
+                if key in st:
+                    tensors[f"opt.{names[id(p)]}.{key}"] = st[key].detach().cpu().reshape(-1).contiguous() \
+                        if key == "step" else st[key].detach().cpu().contiguous()
+    tmp = path.with_suffix(".tmp")
+    save_file(tensors, str(tmp))
+    tmp.replace(path.with_suffix(".safetensors"))
+    path.with_suffix(".json").write_text(json.dumps({"step": step, "args": args}))
+
+
+def load_state(model, opt, path: Path = RUNS / "state") -> int:
+    meta = json.loads(path.with_suffix(".json").read_text())
+    tensors = load_file(str(path.with_suffix(".safetensors")))
+    model.load_state_dict({k[6:]: v for k, v in tensors.items() if k.startswith("model.")})
+    params = dict(model.named_parameters())
+    for group in opt.param_groups:
+        for p in group["params"]:
+            name = next(n for n, q in params.items() if q is p)
+            if f"opt.{name}.exp_avg" in tensors:
+                step = tensors[f"opt.{name}.step"].reshape(())
+                opt.state[p] = {"exp_avg": tensors[f"opt.{name}.exp_avg"].to(p.device),
+                                "exp_avg_sq": tensors[f"opt.{name}.exp_avg_sq"].to(p.device),
+                                "step": step.to(torch.float32)}
+    return int(meta["step"])
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--steps", type=int, default=1100, help="total optimiser steps (sets the schedule)")
+    ap.add_argument("--minutes", type=float, default=90, help="stop (and export) after this wall time")
+    ap.add_argument("--batch", type=int, default=None, help="sequences per step (default 8 CPU, 64 CUDA)")
+    ap.add_argument("--seq", type=int, default=128)
+    ap.add_argument("--lr", type=float, default=3e-3)
+    ap.add_argument("--quant-from", type=float, default=0.7, help="fraction of steps after which MXFP4 is on")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--fresh", action="store_true", help="ignore a saved state and start over")
+    ap.add_argument("--save-every", type=float, default=5.0, help="minutes between saved states")
+    args = ap.parse_args(argv)
+
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    B = args.batch or (64 if device.type == "cuda" else 8)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+    tok = Tokenizer.load()
+    train, val, data_facts = token_arrays(tok)
+    cfg = K3Config.tiny()
+    assert cfg.vocab_size == tok.vocab_size, "tokenizer and config disagree on the vocabulary"
+    model = K3Model(cfg).to(device)
+    untrained_val = evaluate(model.eval(), val, args.seq, device)
+    model.train()
+    decay = [p for n, p in model.named_parameters() if p.dim() >= 2 and "embed" not in n]
+    no_decay = [p for n, p in model.named_parameters() if p.dim() < 2 or "embed" in n]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
+                            lr=args.lr, betas=(0.9, 0.95), fused=True)
+
+    RUNS.mkdir(exist_ok=True)
+    log_path = RUNS / "train_log.csv"
+    start = 0
+    if not args.fresh and (RUNS / "state.json").exists():
+        start = load_state(model, opt)
+        rows = list(csv.DictReader(open(log_path))) if log_path.exists() else []
+        rows = [r for r in rows if int(r["step"]) < start]
+        print(f"resuming at step {start}")
+    else:
+        rows = []
+    with open(log_path, "w", newline="") as f:
+        w = csv.DictWriter(f, LOG_FIELDS)
+        w.writeheader()
+        w.writerows(rows)
+    log = open(log_path, "a", newline="")
+    writer = csv.DictWriter(log, LOG_FIELDS)
+
+    quant_from = int(args.quant_from * args.steps)
+    t_start, last_save = time.time(), time.time()
+    tokens_per_step = B * args.seq
+    bar = tqdm(range(start, args.steps), initial=start, total=args.steps, desc="training", unit="step")
+    step = start
+    for step in bar:
+        t0 = time.time()
+        rng = np.random.default_rng([args.seed, step])
+        ids = batch(train, rng, B, args.seq, device)
+        lr = lr_at(step, args.steps, args.lr, warmup=50)
+        for g in opt.param_groups:
+            g["lr"] = lr
+        quant = step >= quant_from
+        out = model(ids[:, :-1], quant=quant, record=False)
+        loss = F.cross_entropy(out.logits.flatten(0, 1).float(), ids[:, 1:].flatten())
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        stats = balance_step(model, out.trace.routes)      # the next batch routes with the new bias
+        row = {"step": step, "tokens": (step + 1) * tokens_per_step, "loss": round(loss.item(), 4),
+               "val_loss": "", "lr": f"{lr:.3g}", "quant": int(quant),
+               "max_mean_load": round(stats["max_mean_load"], 3), "dead_experts": stats["dead_experts"],
+               "bias_spread": round(stats["bias_spread"], 4), "seconds": round(time.time() - t0, 2)}
+        if step % 50 == 0 or step == args.steps - 1:
+            model.eval()
+            row["val_loss"] = round(evaluate(model, val, args.seq, device, quant=quant), 4)
+            model.train()
+        writer.writerow(row)
+        log.flush()
+        bar.set_postfix(loss=row["loss"], load=row["max_mean_load"], q=int(quant))
+        out_of_time = (time.time() - t_start) / 60 > args.minutes
+        if time.time() - last_save > args.save_every * 60 or out_of_time:
+            save_state(model, opt, step + 1, vars(args))
+            last_save = time.time()
+        if out_of_time:
+            print(f"time budget of {args.minutes} min reached at step {step + 1}")
+            break
+    log.close()
+    steps_done = step + 1
+    save_state(model, opt, steps_done, vars(args))
+    model.eval()
+    final_val = evaluate(model, val, args.seq, device, quant=True)
+    facts = {
+        "steps": steps_done, "tokens_seen": steps_done * tokens_per_step, "batch": B, "seq_len": args.seq,
+        "lr": args.lr, "quant_from_step": quant_from, "seed": args.seed,
+        "hardware": (torch.cuda.get_device_name() if device.type == "cuda"
+                     else f"CPU, {torch.get_num_threads()} threads"),
+        "train_minutes_this_run": round((time.time() - t_start) / 60, 1),
+        "untrained_val_loss": round(untrained_val, 4), "final_val_loss": round(final_val, 4),
+        "data": data_facts, "tokenizer": "byte-level BPE, 4,096 pieces (assets/tokenizer.json)",
+        "corpus_licence": "Python Software Foundation License (CPython standard library docs and code)",
+    }
+    info = save_pretrained(model.cpu(), facts)
+    shutil.copy(log_path, ASSETS / "train_log.csv")
+    print(f"saved {info['file']} ({info['bytes'] / 1e6:.1f} MB), val loss {untrained_val:.3f} -> {final_val:.3f}")
+
+
+if __name__ == "__main__":
+    main()
