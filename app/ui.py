@@ -33,3 +33,22 @@ def ignore_unknown_params(known: set[str] = frozenset()) -> None:
     st.info(f"This page ignored link parameters it does not use: {names}.", icon=":material/link_off:")
     for k in unknown:
         del st.query_params[k]
+
+
+def prompt_input(key: str = "prompt"):
+    """Preset picker + text box; returns a validated app.live.Prompt, or None after showing why."""
+    from app.live import DEFAULT_PRESET, PRESETS, Prompt, live, prepare_prompt
+    lv = live()
+    names = list(PRESETS) + ["Your own text"]
+    preset = st.segmented_control("Prompt", names, default=DEFAULT_PRESET, key=f"{key}_preset") or DEFAULT_PRESET
+    default = PRESETS.get(preset, "")
+    text = st.text_area("Text the live model reads", value=default, key=f"{key}_text_{preset}", height=80,
+                        max_chars=None, placeholder="Type a sentence, some code, numbers…")
+    result = prepare_prompt(text, lv.tokenizer)
+    if isinstance(result, str):
+        st.info(result, icon=":material/edit_note:")
+        return None
+    for note in result.notices:
+        st.caption(f":material/content_cut: {note}")
+    assert isinstance(result, Prompt)
+    return result

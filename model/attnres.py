@@ -136,6 +136,13 @@ class DepthState:
         self._module = 0                            # modules added so far in the current layer
         self._seal_due = False
 
+    def copy(self) -> "DepthState":
+        """A snapshot to resume from: new lists, the same (immutable in inference) tensors."""
+        other = object.__new__(DepthState)
+        other.__dict__.update(self.__dict__)
+        other.blocks, other.labels, other.reads = list(self.blocks), list(self.labels), list(self.reads)
+        return other
+
     def begin_layer(self, i: int) -> None:
         self.layer, self._module = i, 0
         self._seal_due = self.mode == "block" and i % self.block_size == 0

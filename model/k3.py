@@ -38,6 +38,7 @@ class Trace:
     biases: dict[int, torch.Tensor] = field(default_factory=dict)  # MoE layer -> bias used [E]
     outputs: dict[tuple[int, str], torch.Tensor] = field(default_factory=dict)  # (layer, module) -> [B,T,d]
     depth: DepthState | None = None
+    snapshots: dict[int, DepthState] = field(default_factory=dict)  # layer -> residual state entering it
 
     def _route(self, layer: int) -> RouteInfo:
         if layer not in self.routes:
@@ -92,6 +93,7 @@ class K3Output:
     logits: torch.Tensor                            # [B, T, vocab]
     trace: Trace
     cache: K3Cache
+    ids: torch.Tensor | None = None                 # [B, T] the input, so the call can be resumed
 
 
 class K3Layer(nn.Module):
@@ -147,8 +149,37 @@ class K3Model(nn.Module):
         self._check_ids(ids, max_tokens)
         state = DepthState(self.embed(ids), cfg.attnres, cfg.attnres_block_size, record=record)
         trace = Trace(cfg.num_layers, depth=state)
-        new_cache = []
-        for i, layer in enumerate(self.layers):
+        return self._run(ids, state, trace, 0, routing, cache, quant, activation, record)
+
+    def resume(self, base: K3Output, from_layer: int, routing: Routing = None, quant: bool = False,
+               activation: str | None = None) -> K3Output:
+        """Re-run layers from_layer..L-1 of a recorded forward with new options, reusing everything
+        before: what the routing explorer does when a change only affects later layers. Equals a
+        full forward whose options differ from the base's only at layers >= from_layer."""
+        if not base.trace.snapshots:
+            raise ValueError("the base forward was not recorded (record=False); it cannot be resumed")
+        if not 0 <= from_layer < self.cfg.num_layers:
+            raise ValueError(f"from_layer must lie in 0..{self.cfg.num_layers - 1}")
+        state = base.trace.snapshots[from_layer].copy()
+        trace = Trace(self.cfg.num_layers, depth=state)
+        for i in range(from_layer):
+            if i in base.trace.routes:
+                trace.routes[i], trace.biases[i] = base.trace.routes[i], base.trace.biases[i]
+            for m in ("attn", "ffn"):
+                if (i, m) in base.trace.outputs:
+                    trace.outputs[(i, m)] = base.trace.outputs[(i, m)]
+            trace.snapshots[i] = base.trace.snapshots[i]
+        ids = base.ids
+        return self._run(ids, state, trace, from_layer, routing, None, quant, activation, True,
+                         prefix_cache=base.cache.layers[:from_layer])
+
+    def _run(self, ids, state: DepthState, trace: Trace, start: int, routing: Routing, cache,
+             quant: bool, activation: str | None, record: bool, prefix_cache=()) -> K3Output:
+        new_cache = list(prefix_cache)
+        for i in range(start, len(self.layers)):
+            layer = self.layers[i]
+            if record:
+                trace.snapshots[i] = state.copy()
             state.begin_layer(i)
             h, _ = state.read(layer.q_attn)
             a, layer_cache = layer.attention(h, cache.layers[i] if cache is not None else None)
@@ -170,7 +201,7 @@ class K3Model(nn.Module):
             raise ValueError("the forward pass produced non-finite logits (NaN or inf): check the "
                              "weights and any extreme routing or quantisation settings")
         seen = (cache.length if cache is not None else 0) + ids.shape[1]
-        return K3Output(logits, trace, K3Cache(new_cache, seen))
+        return K3Output(logits, trace, K3Cache(new_cache, seen), ids)
 
     def _check_ids(self, ids: torch.Tensor, max_tokens: int | None) -> None:
         if not isinstance(ids, torch.Tensor) or ids.dim() != 2:

@@ -151,3 +151,23 @@ def test_trace_exposes_bias_sources_and_activation_statistics():
     assert label == "out" and len(names) == 9 == w.shape[-1]     # embedding + 7 sealed blocks + partial
     stats = out.trace.activation_stats()
     assert len(stats) == 2 * 93 and all(s["rms"] > 0 and s["max_abs"] >= s["rms"] for s in stats)
+
+
+def test_resume_from_a_layer_equals_the_full_forward():
+    cfg = K3Config.micro()
+    model = make(cfg, dtype=torch.float64)
+    ids = torch.randint(0, cfg.vocab_size, (1, 6))
+    base = model(ids)
+    ov = RoutingOverride(top_k=2, use_bias=False)
+    later = {layer: ov for layer in cfg.moe_layers if layer >= 3}
+    full = model(ids, routing=later)
+    resumed = model.resume(base, 3, routing=later)
+    assert torch.equal(resumed.logits, full.logits)
+    assert resumed.trace.link_count == full.trace.link_count == base.trace.link_count
+    for layer in cfg.moe_layers:
+        assert torch.equal(resumed.trace.experts(layer), full.trace.experts(layer))
+    assert len(resumed.trace.reads) == len(full.trace.reads)
+    # the base is untouched and can be resumed again
+    assert torch.equal(model.resume(base, 0).logits, base.logits)
+    with pytest.raises(ValueError):
+        model.resume(base, cfg.num_layers)

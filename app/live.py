@@ -1,0 +1,115 @@
+"""The live tiny K3 shared by every page: loaded once per process, never mutated by a session.
+
+Pages call `live()` for the model and tokenizer, `prompt_box()` for a validated prompt, and
+`forward()` for a cached forward pass (one per prompt and per set of options). Per-session choices
+are arguments of the forward call (RoutingOverride, quant, activation), never module state.
+"""
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+import streamlit as st
+import torch
+
+from app.text import md_escape
+from model.checkpoint import CheckpointError, load_pretrained
+from model.config import K3Config
+from model.k3 import K3Model, K3Output, RoutingOverride
+from model.tokenizer import Tokenizer
+
+MAX_CHARS = 2000          # characters kept from a typed prompt
+MAX_TOKENS = 128          # tokens the live model reads per prompt (about 0.4 s for a full forward)
+PRESETS = {
+    "Prose": "The router sends every token to 16 of its 896 experts, and the rest stay idle.",
+    "Code": "def mean(values):\n    return sum(values) / len(values)\n",
+    "Numbers": "In 2026 the model had 2,779 billion weights; 104 billion of them ran per token.",
+    "Punctuation": "Wait -- really? Yes: (a), [b], {c}; \"quoted\" and 'single'!",
+}
+DEFAULT_PRESET = "Prose"
+_lock = threading.Lock()
+
+
+@dataclass(frozen=True)
+class Live:
+    model: K3Model
+    tokenizer: Tokenizer
+    pretrained: bool
+    note: str                        # why it is random, when it is
+
+
+@st.cache_resource(show_spinner="Loading the live tiny K3 (93 layers, 896 experts)…")
+def live() -> Live:
+    tok = Tokenizer.load()
+    try:
+        model, tok = load_pretrained()
+        return Live(model, tok, True, "")
+    except CheckpointError as e:
+        torch.manual_seed(0)
+        model = K3Model(K3Config.tiny().with_(vocab_size=tok.vocab_size)).eval().requires_grad_(False)
+        return Live(model, tok, False, str(e))
+
+
+def banner(lv: Live | None = None) -> None:
+    lv = lv or live()
+    if not lv.pretrained:
+        st.warning("**This page is running on a seeded random instance, not the trained one**: the "
+                   "shipped checkpoint could not be loaded, so routing shows no learned structure. "
+                   f"Reason: {md_escape(lv.note, 300)}", icon=":material/warning:")
+
+
+@dataclass(frozen=True)
+class Prompt:
+    text: str
+    ids: tuple[int, ...]
+    pieces: tuple[str, ...]
+    notices: tuple[str, ...]          # what was changed about the input, to show on the page
+
+
+def prepare_prompt(text: str, tok: Tokenizer) -> Prompt | str:
+    """A validated prompt, or an error message for the page (never an exception)."""
+    notices = []
+    text = "" if text is None else str(text)
+    if len(text) > MAX_CHARS:
+        notices.append(f"The text was cut to its first {MAX_CHARS:,} characters (of {len(text):,}).")
+        text = text[:MAX_CHARS]
+    if not text.strip():
+        return "The prompt is empty: type a sentence or pick a preset."
+    ids = tok.encode(text)
+    if len(ids) > MAX_TOKENS:
+        notices.append(f"The live model reads the first {MAX_TOKENS} tokens (of {len(ids)}).")
+        ids = ids[:MAX_TOKENS]
+    if not ids:
+        return "The prompt produced no tokens: type a sentence or pick a preset."
+    return Prompt(tok.decode(ids), tuple(ids), tuple(tok.pieces(ids)), tuple(notices))
+
+
+@st.cache_resource(max_entries=48, show_spinner=False)
+def _forward(ids: tuple[int, ...], routing_key: tuple, quant: bool, activation: str | None) -> K3Output:
+    lv = live()
+    routing = _routing_from_key(routing_key)
+    with _lock, torch.inference_mode():
+        return lv.model(torch.tensor([ids]), routing=routing, quant=quant, activation=activation,
+                        max_tokens=MAX_TOKENS)
+
+
+def forward(ids, routing=None, quant: bool = False, activation: str | None = None) -> K3Output:
+    """A cached forward of the live model on one prompt. Treat the result as read-only: it is
+    shared by every session that asks the same question."""
+    return _forward(tuple(ids), routing_key(routing), quant, activation)
+
+
+def routing_key(routing) -> tuple:
+    if routing is None:
+        return ()
+    if isinstance(routing, RoutingOverride):
+        return (("all", routing),)
+    return tuple(sorted(routing.items()))
+
+
+def _routing_from_key(key: tuple):
+    if not key:
+        return None
+    if key[0][0] == "all":
+        return key[0][1]
+    return dict(key)
