@@ -1,0 +1,55 @@
+"""Data of the Model card page: the shipped instance's card, training log and evaluation, read from
+assets/ (written by `python -m model.train` and `python -m model.evaluate`). Pure; no Streamlit."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from model.accounting import count_params
+from model.config import K3Config, provenance
+
+ASSETS = Path(__file__).resolve().parent.parent / "assets"
+CONFIG_FIELDS = (
+    "num_layers", "d_model", "vocab_size", "kda_heads", "kda_head_dim", "mla_heads", "q_lora_rank",
+    "kv_lora_rank", "qk_nope_dim", "qk_rope_dim", "v_head_dim", "dense_hidden", "n_routed_experts",
+    "top_k", "n_shared_experts", "expert_hidden", "shared_hidden", "latent_dim", "attnres",
+    "attnres_block_size", "activation", "expert_weight_format", "expert_act_format",
+)
+
+
+def load_json(name: str) -> dict | None:
+    path = ASSETS / name
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def train_log() -> pd.DataFrame | None:
+    path = ASSETS / "train_log.csv"
+    if not path.exists():
+        return None
+    df = pd.read_csv(path)
+    return df if len(df) else None
+
+
+def config_table() -> pd.DataFrame:
+    """The live instance's config beside K3's, with where each K3 value comes from."""
+    tiny, full = K3Config.tiny(), K3Config.full()
+    rows = []
+    for f in CONFIG_FIELDS:
+        kind, src = provenance(full, f)
+        t, v = getattr(tiny, f), getattr(full, f)
+        rows.append({"field": f, "live instance": str(t), "Kimi K3": str(v),
+                     "same": "✓" if t == v else "shrunk", "K3 value is": kind, "source": src})
+    rows.append({"field": "layer types", "live instance": f"{tiny.n_kda} KDA + {tiny.n_mla} MLA",
+                 "Kimi K3": f"{full.n_kda} KDA + {full.n_mla} MLA", "same": "✓",
+                 "K3 value is": "published", "source": provenance(full, "layer_types")[1]})
+    pt, pf = count_params(tiny), count_params(full)
+    rows.append({"field": "parameters (total / active)", "live instance": f"{pt.total:,} / {pt.active:,}",
+                 "Kimi K3": f"{pf.total / 1e9:,.1f}B / {pf.active / 1e9:,.2f}B", "same": "shrunk",
+                 "K3 value is": "computed", "source": "model/accounting.py (equals numel of the live model)"})
+    return pd.DataFrame(rows)
+
+
+def smoothed(df: pd.DataFrame, column: str, window: int = 25) -> pd.Series:
+    return df[column].rolling(window, min_periods=1).mean()

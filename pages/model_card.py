@@ -1,0 +1,98 @@
+"""Model card: how the live tiny K3 was trained, what it learned, and what it is not."""
+import streamlit as st
+
+from app import ui
+from app.charts.model_card import bias_figure, training_figure
+from app.live import banner, live
+from app.model_card import config_table, load_json, train_log
+
+ui.ignore_unknown_params()
+ui.page_header(
+    "Model card: the live tiny K3",
+    "Every page drives a **tiny live instance of K3's full architecture**: 93 layers (69 KDA + 24 gated "
+    "MLA), 896 experts with 16 routed per token plus 2 shared, Block AttnRes in blocks of 12, with only "
+    "the widths shrunk. It was trained here, on the CPU, on the documentation and code that ship with "
+    "Python. **It is not Kimi K3's weights** and knows nothing K3 knows.",
+    "compare the validation loss with the unigram baseline, then look at how the expert loads stay even.",
+)
+lv = live()
+banner(lv)
+card, ev, log = load_json("k3_tiny.json"), load_json("k3_tiny_eval.json"), train_log()
+
+st.subheader("What it was trained on")
+if card:
+    data = card.get("data", {})
+    cols = st.columns(4)
+    cols[0].metric("Training tokens in the corpus", f"{data.get('train_tokens', 0):,}")
+    cols[1].metric("Tokens seen in training", f"{card.get('tokens_seen', 0):,}")
+    cols[2].metric("Optimiser steps", f"{card.get('steps', 0):,}")
+    cols[3].metric("Checkpoint", f"{card.get('bytes', 0) / 1e6:.1f} MB")
+    st.markdown(
+        f"- **Data**: docstrings and reference-manual topics of the CPython 3.11 "
+        f"standard library, plus part of its source code ({data.get('documents', 0):,} documents, "
+        f"{data.get('train_chars', 0):,} characters for training; every 50th document held out for "
+        f"validation, {data.get('val_tokens', 0):,} tokens). Licence: {card.get('corpus_licence', 'PSF')}.\n"
+        f"- **Tokenizer**: {card.get('tokenizer', '')}, trained by `python -m model.tokenizer` on the same "
+        "training split; any Unicode text encodes (unknown characters fall back to bytes).\n"
+        f"- **Training**: `python -m model.train`: {card.get('steps', 0):,} steps of {card.get('batch')} x "
+        f"{card.get('seq_len')} tokens on {card.get('hardware', '?')}, AdamW (peak learning rate "
+        f"{card.get('lr')}), Quantile Balancing after every step, and routed experts quantised to MXFP4 "
+        f"with MXFP8 activations from step {card.get('quant_from_step', 0):,} on (quantisation-aware, as "
+        f"K3), seed {card.get('seed')}.\n"
+        f"- **Checkpoint**: `assets/{card.get('file')}`, routed experts packed as real MXFP4 (4-bit codes two "
+        f"per byte plus one power-of-two scale byte per 32 values), everything else bf16; SHA-256 "
+        f"`{card.get('sha256', '')[:16]}…` checked on every load (loaded in "
+        f"{getattr(lv.model, 'load_seconds', 0):.1f} s here).")
+else:
+    st.info("No training card found (assets/k3_tiny.json): run `python -m model.train`.")
+
+st.subheader("Did it learn?")
+if ev:
+    tr, un = ev["trained"], ev["untrained"]
+    cols = st.columns(4)
+    cols[0].metric("Validation loss, trained", f"{tr['cross_entropy']:.2f}",
+                   delta=f"{tr['cross_entropy'] - ev['unigram_cross_entropy']:+.2f} vs unigram",
+                   delta_color="inverse")
+    cols[1].metric("Unigram baseline", f"{ev['unigram_cross_entropy']:.2f}",
+                   help="Cross-entropy of the held-out text under the training split's token frequencies.")
+    cols[2].metric("Untrained (same seed)", f"{un['cross_entropy']:.2f}",
+                   help=f"Uniform guessing over {lv.tokenizer.vocab_size:,} pieces: {ev['uniform_cross_entropy']:.2f}")
+    cols[3].metric("Class-expert information", f"{tr['class_expert_mi_bits']:.3f} bits",
+                   delta=f"{tr['class_expert_mi_bits'] - un['class_expert_mi_bits']:+.3f} vs untrained",
+                   help="Mutual information between a token's kind (word, digit, punctuation, whitespace, "
+                        "Python keyword) and the experts it is routed to, mean over the 92 MoE layers.")
+    st.caption(
+        f"Computed by `python -m model.evaluate` on {ev['held_out_tokens']:,} held-out tokens (nats per token). "
+        f"Expert load on that held-out text: max/mean {tr['max_mean_load']['median_over_layers']:.2f} in the "
+        f"median layer, {tr['max_mean_load']['max_over_layers']:.2f} in the worst; experts that received no "
+        f"token: {tr['dead_experts']['total']} over all 92 layers.")
+    st.markdown("**A greedy continuation** (the model picks its most likely next token 40 times):")
+    st.code(ev["sample_prompt"] + ev["greedy_sample"], language=None)
+    st.caption("A tiny model trained for about an hour on a CPU: expect plausible Python-documentation "
+               "texture, not sense.")
+else:
+    st.info("No evaluation found (assets/k3_tiny_eval.json): run `python -m model.evaluate`.")
+
+if log is not None:
+    st.subheader("Training curves")
+    ui.chart(training_figure(log, ev["unigram_cross_entropy"] if ev else None),
+             "Top: the loss falls below the unigram baseline (what counting tokens alone achieves). Bottom: "
+             "Quantile Balancing holds the busiest expert near the mean load, and almost no expert is left "
+             "without tokens, from the first steps on. Shaded: the quantisation-aware phase.",
+             alt="Training loss, validation loss and expert load balance per training step.")
+    ui.chart(bias_figure(log),
+             "How far apart the balancing biases of the experts sit: QB sets them from the previous "
+             "batch's routing, with no learning rate.",
+             alt="Spread of the balancing bias over training steps.")
+
+st.subheader("Its configuration beside Kimi K3's")
+st.dataframe(config_table(), hide_index=True, width="stretch")
+st.caption("Counts and ratios are K3's; widths are shrunk so that the whole model runs on a 2-core CPU. "
+           "'published' values come from the K3 report and config; 'derived' follow from them.")
+
+st.subheader("What it is not")
+st.markdown(
+    "- Not Kimi K3's weights, nor trained on K3's data: its knowledge is a few megabytes of Python docs.\n"
+    "- Not a measure of K3's quality: losses here say the tiny model learned, nothing about K3.\n"
+    "- Its routing patterns are its own: they show *how* a 896-expert router behaves, not which experts "
+    "K3 uses for what.")

@@ -1,0 +1,40 @@
+"""The Model card's data: the config table and the training log it plots."""
+import pandas as pd
+
+from app.charts.model_card import training_figure
+from app.model_card import config_table
+from model.evaluate import CLASSES, char_class, mutual_information, unigram_cross_entropy
+import numpy as np
+
+
+def test_config_table_keeps_counts_and_marks_shrunk_widths():
+    df = config_table().set_index("field")
+    for f in ("num_layers", "n_routed_experts", "top_k", "n_shared_experts", "attnres_block_size"):
+        assert df.loc[f, "same"] == "✓", f
+    assert df.loc["d_model", "same"] == "shrunk" and df.loc["d_model", "Kimi K3"] == "7168"
+    assert df.loc["n_routed_experts", "K3 value is"] == "published"
+    assert df.loc["latent_dim", "K3 value is"] == "derived"
+
+
+def test_training_figure_marks_the_quantised_phase():
+    log = pd.DataFrame({"step": range(10), "loss": np.linspace(8, 5, 10), "val_loss": [7.9] + [""] * 8 + [5.1],
+                        "quant": [0] * 7 + [1] * 3, "max_mean_load": 1.2, "dead_experts": 0.0,
+                        "bias_spread": 0.1})
+    fig = training_figure(log, unigram=6.0)
+    names = [t.name for t in fig.data]
+    assert "validation loss" in names and len(fig.data[names.index("validation loss")].x) == 2
+    assert any(s.x0 == 7 for s in fig.layout.shapes)
+
+
+def test_evaluation_measures():
+    assert [char_class(p) for p in (" the", " 42", ")", "\n  ", " def")] == ["word", "digit", "punct", "space", "keyword"]
+    rng = np.random.default_rng(0)
+    classes = rng.integers(0, len(CLASSES), 4000)
+    # experts chosen by class carry all the class information; random experts carry none
+    by_class = np.stack([classes * 10 + j for j in range(4)], 1)
+    random = rng.integers(0, 64, (4000, 4))
+    assert mutual_information(classes, by_class, 64) > 2.0
+    assert mutual_information(classes, random, 64) < 0.05
+    train = np.array([0, 0, 0, 1])
+    # add-one smoothing over a 3-token vocabulary: p(0) = 4/7
+    assert np.isclose(unigram_cross_entropy(train, np.array([0]), 3), -np.log(4 / 7))
