@@ -90,9 +90,11 @@ def evaluate(model: K3Model, val: np.ndarray, T: int, device, n_batches: int = 4
 
 
 @torch.no_grad()
-def balance_step(model: K3Model, routes: dict) -> dict:
-    """Quantile Balancing for every MoE layer from this batch's routing; returns load statistics
-    of the batch (measured before the update)."""
+def balance_step(model: K3Model, routes: dict, history: dict, window: int = 3) -> dict:
+    """Quantile Balancing for every MoE layer; returns load statistics of this batch (measured before
+    the update). The quantile is taken over the last `window` batches (each with the cutoffs it was
+    routed with): with 1,024 tokens a batch gives each of 896 experts only ~18 tokens, too few for a
+    stable quantile, and neighbouring tokens of one text are strongly correlated."""
     from model.moe import quantile_balance
     ratios, dead, spread = [], [], []
     for i, info in routes.items():
@@ -101,9 +103,12 @@ def balance_step(model: K3Model, routes: dict) -> dict:
         load = expert_load(info.indices, E).float()
         ratios.append((load.max() / load.mean()).item())
         dead.append(int((load == 0).sum()))
-        scores = info.scores.reshape(-1, E).float()
-        moe.expert_bias.copy_(quantile_balance(scores, moe.expert_bias.float(), k,
-                                               cutoff=info.cutoff.reshape(-1).float()))
+        past = history.setdefault(i, [])
+        past.append((info.scores.detach().reshape(-1, E).float(), info.cutoff.detach().reshape(-1).float()))
+        del past[:-window]
+        scores = torch.cat([s for s, _ in past])
+        cutoff = torch.cat([c for _, c in past])
+        moe.expert_bias.copy_(quantile_balance(scores, moe.expert_bias.float(), k, cutoff=cutoff))
         spread.append((moe.expert_bias.max() - moe.expert_bias.min()).item())
     return {"max_mean_load": max(ratios), "dead_experts": float(np.mean(dead)),
             "bias_spread": float(np.mean(spread))}
@@ -193,7 +198,7 @@ def main(argv=None):
     t_start, last_save = time.time(), time.time()
     tokens_per_step = B * args.seq
     bar = tqdm(range(start, args.steps), initial=start, total=args.steps, desc="training", unit="step")
-    step = start
+    step, history = start, {}
     for step in bar:
         t0 = time.time()
         rng = np.random.default_rng([args.seed, step])
@@ -208,7 +213,7 @@ def main(argv=None):
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
-        stats = balance_step(model, out.trace.routes)      # the next batch routes with the new bias
+        stats = balance_step(model, out.trace.routes, history)   # the next batch routes with the new bias
         row = {"step": step, "tokens": (step + 1) * tokens_per_step, "loss": round(loss.item(), 4),
                "val_loss": "", "lr": f"{lr:.3g}", "quant": int(quant),
                "max_mean_load": round(stats["max_mean_load"], 3), "dead_experts": stats["dead_experts"],

@@ -1,0 +1,96 @@
+"""Speed of the live tiny model and of its fast paths against their plain references.
+
+    python bench/bench_model.py [--threads N] [--reps R]
+
+Prints medians (and ratios) for:
+* one forward of the tiny instance over a 64-token prompt (target: at most 250 ms here);
+* chunked vs recurrent KDA kernel at T = 2048 (target: chunked at least 5x faster);
+* grouped expert dispatch vs a per-token loop, 64 tokens x 16 of 896 experts (target: at least 10x).
+Timings, not tests: the machine is noisy, so read the medians and the ratios.
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from model.activations import situ_glu  # noqa: E402
+from model.config import K3Config  # noqa: E402
+from model.k3 import K3Model  # noqa: E402
+from model.kda import kda_chunked, kda_recurrent  # noqa: E402
+from model.moe import grouped_experts, route  # noqa: E402
+
+
+def median_ms(fn, reps: int, warmup: int = 2) -> float:
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(reps):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times) * 1e3
+
+
+def per_token_loop(z, idx, w, wg, wu, wd):
+    out = torch.zeros_like(z)
+    for t in range(z.shape[0]):
+        for slot in range(idx.shape[1]):
+            e = int(idx[t, slot])
+            h = situ_glu(z[t] @ wg[e], z[t] @ wu[e])
+            out[t] += w[t, slot] * (h @ wd[e])
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--reps", type=int, default=7)
+    args = ap.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
+    torch.manual_seed(0)
+    cfg = K3Config.tiny()
+    model = K3Model(cfg).eval()
+    ids = torch.randint(0, cfg.vocab_size, (1, 64))
+    with torch.inference_mode():
+        fwd = median_ms(lambda: model(ids), args.reps)
+        fwd256 = median_ms(lambda: model(torch.randint(0, cfg.vocab_size, (1, 256))), max(3, args.reps // 2))
+        base = model(ids)
+        resume = median_ms(lambda: model.resume(base, 80), args.reps)
+    print(f"tiny forward, 64 tokens:  median {fwd:7.1f} ms  (target <= 250 ms)")
+    print(f"tiny forward, 256 tokens: median {fwd256:7.1f} ms  ({fwd256 / fwd:.1f}x the 64-token cost)")
+    print(f"resume from layer 80 (13 layers), 64 tokens: median {resume:6.1f} ms ({fwd / resume:.1f}x faster)")
+
+    B, T, H, K = 1, 2048, 2, 16
+    q = torch.nn.functional.normalize(torch.randn(B, T, H, K), dim=-1)
+    k = torch.nn.functional.normalize(torch.randn(B, T, H, K), dim=-1)
+    v = torch.randn(B, T, H, K)
+    g = -5 * torch.sigmoid(torch.randn(B, T, H, K))
+    beta = torch.sigmoid(torch.randn(B, T, H))
+    with torch.inference_mode():
+        rec = median_ms(lambda: kda_recurrent(q, k, v, g, beta), 3, warmup=1)
+        chk = median_ms(lambda: kda_chunked(q, k, v, g, beta, chunk_size=64), args.reps)
+    print(f"KDA at T = 2048: recurrent {rec:7.1f} ms, chunked {chk:6.1f} ms -> {rec / chk:.1f}x (target >= 5x)")
+
+    E, l, f = cfg.n_routed_experts, cfg.latent_dim, cfg.expert_hidden
+    z = torch.randn(64, l)
+    wg, wu, wd = torch.randn(E, l, f) * 0.2, torch.randn(E, l, f) * 0.2, torch.randn(E, f, l) * 0.3
+    idx, w, _ = route(torch.rand(64, E), None, cfg.top_k)
+    with torch.inference_mode():
+        grouped = median_ms(lambda: grouped_experts(z, idx, w, wg, wu, wd, situ_glu), args.reps)
+        loop = median_ms(lambda: per_token_loop(z, idx, w, wg, wu, wd), 3, warmup=1)
+        assert torch.allclose(grouped_experts(z, idx, w, wg, wu, wd, situ_glu),
+                              per_token_loop(z, idx, w, wg, wu, wd), atol=1e-4)
+    print(f"expert dispatch, 64 tokens x 16 of 896 experts: loop {loop:7.1f} ms, grouped {grouped:5.2f} ms "
+          f"-> {loop / grouped:.0f}x (target >= 10x)")
+
+
+if __name__ == "__main__":
+    main()
