@@ -15,4 +15,7 @@ class PageSpec:
 
 PAGES = (
     PageSpec("pages/overview.py", "Overview", ":material/hub:", "overview", "Start here"),
+    PageSpec("pages/attention.py", "Hybrid attention & memory", ":material/memory:", "attention", "Attention"),
+    PageSpec("pages/attnres.py", "Attention Residuals", ":material/stacks:", "attnres", "Attention"),
+    PageSpec("pages/model_card.py", "Model card", ":material/badge:", "model-card", "About"),
 )

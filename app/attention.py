@@ -1,0 +1,247 @@
+"""Data behind the Hybrid attention & memory page: the 3:1 stack, the live KDA state beside the live
+MLA latent cache, measured cache sizes, memory vs context at K3 scale and the four compression planes.
+
+Pure functions first (they take a model and a forward output, or a config); the thin cached wrappers
+for the page sit at the end of the file.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import streamlit as st
+import torch
+
+from app.text import fmt_int
+from model import memory
+from model.attnres import vectors_alive
+from model.config import K3Config
+from model.k3 import K3Model, K3Output
+from model.kda import kda_recurrent
+
+CONTEXTS = [2 ** k for k in range(21)]          # 1 .. 1,048,576 tokens, the slider's stops
+
+
+def fmt_bytes(n: float) -> str:
+    """Decimal units (1 GB = 10^9 bytes), as memory vendors quote them."""
+    for scale, unit in ((1e15, "PB"), (1e12, "TB"), (1e9, "GB"), (1e6, "MB"), (1e3, "KB")):
+        if abs(n) >= scale:
+            return f"{n / scale:,.1f} {unit}"
+    return f"{n:,.0f} B"
+
+
+def fmt_tokens(n: int) -> str:
+    if n >= 2 ** 20 and n % 2 ** 20 == 0:
+        return f"{n // 2 ** 20}M"
+    if n >= 1024 and n % 1024 == 0:
+        return f"{n // 1024}K"
+    return str(n)
+
+
+def token_text(piece: str, limit: int = 24) -> str:
+    """A token piece as visible plain text for a code span or a chart label: newlines and tabs shown as
+    symbols, other control characters dropped, backticks replaced (they would end a code span), capped."""
+    names = {"\n": "↵", "\t": "⇥", "\r": "␍"}
+    s = "".join(names.get(ch, ch) for ch in str(piece) if ch.isprintable() or ch in names).replace("`", "ˋ")
+    if not s.strip():
+        s = "␣" * max(1, len(s))
+    return s[:limit] + ("…" if len(s) > limit else "")
+
+
+# ---- the 3:1 stack --------------------------------------------------------------------------------
+
+def schedule(cfg: K3Config) -> pd.DataFrame:
+    """One row per layer, placed in a grid: column = repeating unit of four layers, row = position in
+    it (0-2 KDA, 3 MLA); the final MLA (layer 92) opens a 24th unit of its own."""
+    per_token, fixed = memory.mla_values_per_token(cfg), memory.kda_layer_values(cfg)
+    rows = []
+    for i, kind in enumerate(cfg.layer_types):
+        keeps = (f"keeps a fixed {fmt_int(fixed)}-value state (whatever the context)" if kind == "kda"
+                 else f"caches {fmt_int(per_token)} values per token (grows with the context)")
+        name = "Kimi Delta Attention" if kind == "kda" else "gated MLA"
+        rows.append({"layer": i, "kind": kind.upper(), "unit": i // 4, "slot": i % 4,
+                     "hover": f"layer {i} (position {i + 1} of {cfg.num_layers})<br>{name}<br>{keeps}"})
+    return pd.DataFrame(rows)
+
+
+# ---- live state vs live cache ---------------------------------------------------------------------
+
+def kda_layer_input(model: K3Model, out: K3Output, layer: int) -> torch.Tensor:
+    """The input x [1, T, d] the KDA layer saw in this forward, recomputed from the residual state
+    entering the layer (its AttnRes read, then the pre-norm). Works on copies: the trace is shared."""
+    block = model.layers[layer]
+    if block.kind != "kda":
+        raise ValueError(f"layer {layer} is not a KDA layer")
+    state = out.trace.snapshots[layer].copy()
+    state.begin_layer(layer)
+    h, _ = state.read(block.q_attn)
+    return block.attn_norm(h)
+
+
+@dataclass(frozen=True)
+class StateTrajectory:
+    states: np.ndarray      # [T, H, d_k, d_v] the recurrent state after each token
+    final_error: float      # max |last state - the state the prefill left in the layer's cache|
+
+
+def kda_state_trajectory(model: K3Model, out: K3Output, layer: int) -> StateTrajectory:
+    """Re-run the layer's recurrent kernel one token at a time on the inputs it saw, keeping the
+    state after every token. The prefill itself ran the chunked kernel; the last state must match."""
+    with torch.inference_mode():
+        x = kda_layer_input(model, out, layer)
+        q, k, v, g, beta = model.layers[layer].attn.kernel_inputs(x)     # q, k, g [1,T,H,dk]; v [1,T,H,dv]
+        S, states = None, []
+        for t in range(x.shape[1]):
+            sl = slice(t, t + 1)
+            _, S = kda_recurrent(q[:, sl], k[:, sl], v[:, sl], g[:, sl], beta[:, sl], initial_state=S)
+            states.append(S[0])                                          # [H, dk, dv]
+        traj = torch.stack(states).float()                               # [T, H, dk, dv]
+        cached = out.cache.layers[layer].state[0].float()
+        err = (traj[-1] - cached).abs().max().item()
+    return StateTrajectory(traj.numpy(), err)
+
+
+def mla_cache_rows(out: K3Output, layer: int) -> np.ndarray:
+    """The MLA layer's cache as the prefill left it: one row per token, [latent c ; k_rope]."""
+    c = out.cache.layers[layer]
+    if not hasattr(c, "latent"):
+        raise ValueError(f"layer {layer} is not an MLA layer")
+    return torch.cat([c.latent[0], c.k_rope[0]], -1).float().numpy()    # [T, kv_lora + rope]
+
+
+def decode_counts(model: K3Model, out: K3Output, steps: int = 3) -> tuple[pd.DataFrame, list[int]]:
+    """Element counts of the real cache objects after the prefill and after each greedy decode step,
+    beside what the accounting (model/memory.py) predicts for that many tokens."""
+    cfg = model.cfg
+    rows, new_ids = [], []
+    cache, logits, dt = out.cache, out.logits, None
+    for step in range(steps + 1):
+        want = memory.predicted_numel(cfg, cache.length)
+        rows.append({"stage": "prefill" if step == 0 else f"decode step {step}", "tokens": cache.length,
+                     "KDA values (measured)": cache.numel("kda"), "KDA values (accounting)": want["kda"],
+                     "MLA values (measured)": cache.numel("mla"), "MLA values (accounting)": want["mla"],
+                     "seconds": dt})
+        if step == steps:
+            break
+        nxt = logits[:, -1].argmax(-1, keepdim=True)                     # [1, 1] greedy next token
+        new_ids.append(int(nxt))
+        t0 = time.perf_counter()
+        with torch.inference_mode():
+            step_out = model(nxt, cache=cache, record=False)
+        dt = time.perf_counter() - t0
+        cache, logits = step_out.cache, step_out.logits
+    df = pd.DataFrame(rows)
+    df["matches"] = ((df["KDA values (measured)"] == df["KDA values (accounting)"])
+                     & (df["MLA values (measured)"] == df["MLA values (accounting)"]))
+    return df, new_ids
+
+
+# ---- memory vs context at K3 scale ----------------------------------------------------------------
+
+def designs(cfg: K3Config) -> dict[str, memory.CacheLaw]:
+    return {"K3 hybrid": memory.hybrid(cfg), "all MLA": memory.all_mla(cfg), "all MHA": memory.all_mha(cfg)}
+
+
+def context_grid(max_tokens: int = 2 ** 20, per_octave: int = 8) -> np.ndarray:
+    octaves = int(np.log2(max_tokens))
+    grid = np.unique(np.round(2.0 ** (np.arange(octaves * per_octave + 1) / per_octave)).astype(np.int64))
+    return grid                                                           # ends exactly at max_tokens
+
+
+def memory_curves(cfg: K3Config, batch: int = 1, bytes_per_value: int = memory.BF16) -> pd.DataFrame:
+    T = context_grid(cfg.context_length)
+    return pd.DataFrame([{"tokens": int(t), "design": name, "bytes": law.nbytes(int(t), batch, bytes_per_value)}
+                         for name, law in designs(cfg).items() for t in T])
+
+
+def crossovers(cfg: K3Config, batch: int = 1, bytes_per_value: int = memory.BF16) -> pd.DataFrame:
+    """Where the hybrid, with its fixed KDA states, becomes smaller than each all-attention stack."""
+    d = designs(cfg)
+    rows = []
+    for other in ("all MLA", "all MHA"):
+        t = memory.crossover(d["K3 hybrid"], d[other])
+        if t is not None:
+            rows.append({"versus": other, "tokens": t, "bytes": d[other].nbytes(t, batch, bytes_per_value)})
+    return pd.DataFrame(rows)
+
+
+# ---- the four compression planes ------------------------------------------------------------------
+
+def compression_planes(cfg: K3Config | None = None, k2: K3Config | None = None) -> pd.DataFrame:
+    """Each plane's before -> after, computed from the configs; `cut` = 1 - after / before."""
+    cfg, k2 = cfg or K3Config.full(), k2 or K3Config.kimi_k2()
+    mla_tok, mha_tok = memory.mla_values_per_token(cfg), memory.mha_values_per_token(cfg)
+    fixed = memory.kda_layer_values(cfg)
+    L, n_kda, n_mla = cfg.num_layers, cfg.n_kda, cfg.n_mla
+    N = len(cfg.attnres_blocks)
+    full_vec, block_vec = vectors_alive(L, None), vectors_alive(L, cfg.attnres_block_size)
+    d, w = cfg.d_model, cfg.expert_width
+    rows = [
+        ("KDA state", f"cache growth per token in the {n_kda} KDA layers (vs MLA there)",
+         n_kda * mla_tok, 0, "values per token",
+         f"A KDA layer keeps no per-token cache, so growth is cut 100%, but it is not free: each keeps a "
+         f"fixed state of {fmt_int(memory.kda_state_values(cfg))} values ({cfg.kda_heads} heads x "
+         f"{cfg.kda_head_dim} x {cfg.kda_head_dim}) plus a {fmt_int(memory.kda_conv_values(cfg))}-value conv "
+         f"tail: {fmt_int(n_kda * fixed)} values, {fmt_bytes(memory.BF16 * n_kda * fixed)} per sequence at bf16, "
+         f"as much as the MLA cache of those layers at "
+         f"{memory.crossover(memory.hybrid(cfg), memory.all_mla(cfg)):,.0f} tokens."),
+        ("MLA latent", "cache per token per attention layer (vs MHA with the same heads)",
+         mha_tok, mla_tok, "values per token per layer",
+         f"MLA caches the {cfg.kv_lora_rank}-value latent plus the {cfg.qk_rope_dim}-value shared key slice "
+         f"({mla_tok}) instead of a key and value per head (2 x {cfg.mla_heads} x {cfg.v_head_dim} = "
+         f"{fmt_int(mha_tok)}): a {1 - mla_tok / mha_tok:.1%} cut in every layer that caches."),
+        ("MLA latent", f"layers with a growing cache ({n_kda}:{n_mla} hybrid vs {L} attention layers)",
+         L, n_mla, "layers",
+         f"The often quoted '75%' is this: only {n_mla} of {L} layers cache at all, 1 - {n_mla}/{L} = "
+         f"{1 - n_mla / L:.1%}. It comes from the 3:1 KDA:MLA ratio, not from MLA's compression."),
+        ("Block AttnRes", f"depth entries ({L} layers into {N} blocks)", L, N, "entries per token",
+         f"{L} / {N} = {L / N:.1f}x fewer: the quoted '11.6x'. As K3 runs it (two modules per layer, an "
+         f"output read), Full AttnRes would keep {full_vec} vectors per token and Block keeps {block_vec} "
+         f"(embedding + {N - 1} sealed blocks + the partial sum): {full_vec / block_vec:.1f}x."),
+        ("Block AttnRes", "vectors alive per token, as K3 runs it (Full vs Block)", full_vec, block_vec,
+         "vectors per token", "Same plane, counted on the real bookkeeping: see the Attention Residuals page."),
+        ("Latent dispatch", "values sent per routed copy of a token", d, w, "values per copy",
+         f"Each of a token's {cfg.top_k} routed copies travels at the latent width {fmt_int(w)} instead of "
+         f"{fmt_int(d)}: half the bytes per copy."),
+        ("Latent dispatch", f"values a token sends to its experts (K2: {k2.top_k} x {fmt_int(k2.expert_width)})",
+         k2.top_k * k2.expert_width, cfg.top_k * w, "values per token",
+         f"But K3 sends each token to {cfg.top_k} experts instead of K2's {k2.top_k}: "
+         f"{cfg.top_k} x {fmt_int(w)} = {fmt_int(cfg.top_k * w)} = {k2.top_k} x {fmt_int(k2.expert_width)}, "
+         f"the same volume per token as K2. 'Halves dispatch' holds per copy, not per token."),
+    ]
+    df = pd.DataFrame(rows, columns=["plane", "comparison", "before", "after", "unit", "explanation"])
+    df["cut"] = 1 - df["after"] / df["before"]
+    df["ratio"] = df["before"] / df["after"].where(df["after"] > 0)
+    return df
+
+
+# ---- cached wrappers for the page (one computation per prompt and choice) -------------------------
+
+@st.cache_data(max_entries=64, show_spinner=False)
+def cached_trajectory(ids: tuple[int, ...], layer: int) -> StateTrajectory:
+    from app.live import forward, live
+    return kda_state_trajectory(live().model, forward(ids), layer)
+
+
+@st.cache_data(max_entries=32, show_spinner=False)
+def cached_decode_counts(ids: tuple[int, ...], steps: int = 3) -> tuple[pd.DataFrame, list[int]]:
+    from app.live import forward, live
+    return decode_counts(live().model, forward(ids), steps)
+
+
+@st.cache_resource(max_entries=64, show_spinner=False)
+def cached_figure(name: str, *args):
+    """Figures that depend only on the config and a few control values, built once per process (plotly
+    spends ~25-45 ms constructing each). st.plotly_chart only reads them, so sharing is safe."""
+    from app.charts import attention as charts
+    full = K3Config.full()
+    if name == "stack":
+        return charts.stack_figure(schedule(full))
+    if name == "planes":
+        return charts.planes_figure(compression_planes(full))
+    if name == "memory":
+        context, batch = args
+        return charts.memory_figure(memory_curves(full, batch), crossovers(full, batch), context, batch)
+    raise ValueError(f"no figure named {name}")

@@ -1,0 +1,208 @@
+"""Data behind the Attention Residuals page: link counts (closed form, the real bookkeeping, the live
+trace), the depth-attention weights of one token, "can layer r retrieve what layer s computed?", and
+the vectors kept alive per token. Pure functions first; thin cached wrappers at the end.
+"""
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import pandas as pd
+import streamlit as st
+import torch
+
+from model.attnres import AttnResQuery, DepthState, block_sizes, link_count, vectors_alive
+from model.k3 import K3Model, K3Output
+
+# The two ways of counting (ARCHITECTURE.md section 1 table).
+VIEWS = {
+    "per-layer": {"reads_per_layer": 1, "output_read": False, "label": "one read per layer"},
+    "two-reads": {"reads_per_layer": 2, "output_read": True, "label": "two reads per layer + output"},
+}
+PAPER = "AttnRes paper, arXiv 2603.15031 (same team as K3, self-cited)"
+
+
+# ---- link counts ----------------------------------------------------------------------------------
+
+def link_series(block_size: int, view: str, max_layers: int = 200) -> pd.DataFrame:
+    v = VIEWS[view]
+    L = np.arange(1, max_layers + 1)
+    return pd.DataFrame({
+        "layers": L,
+        "Full": [link_count(int(n), None, v["reads_per_layer"], v["output_read"]) for n in L],
+        "Block": [link_count(int(n), block_size, v["reads_per_layer"], v["output_read"]) for n in L],
+    })
+
+
+@functools.lru_cache(maxsize=256)
+def bookkeeping_links(num_layers: int, block_size: int | None, reads_per_layer: int, output_read: bool) -> int:
+    """Links counted by running the real DepthState (model/attnres.py) on one-value dummy vectors:
+    the same code the live model's residual stream runs, with any number of modules per layer."""
+    mode = "full" if block_size is None else "block"
+    x = torch.zeros(1, 1, 1)
+    query = AttnResQuery(1)
+    with torch.inference_mode():
+        state = DepthState(x, mode, block_size or 1, record=False)
+        for i in range(num_layers):
+            state.begin_layer(i)
+            for _ in range(reads_per_layer):
+                state.read(query)
+                state.add(x)
+        if output_read:
+            state.read(query, "out")
+    return state.links
+
+
+def count_table(view: str, block_size: int, num_layers: int, live_block: int | None,
+                live_full: int | None) -> pd.DataFrame:
+    """Closed form, bookkeeping and (where the live instance runs this setting) the live trace."""
+    v = VIEWS[view]
+    r, o = v["reads_per_layer"], v["output_read"]
+    rows = [
+        {"count": "closed form (model.attnres.link_count)",
+         "Full": link_count(num_layers, None, r, o), "Block": link_count(num_layers, block_size, r, o)},
+        {"count": "the real DepthState bookkeeping, run on dummy vectors",
+         "Full": bookkeeping_links(num_layers, None, r, o), "Block": bookkeeping_links(num_layers, block_size, r, o)},
+    ]
+    if view == "two-reads":
+        rows.append({"count": "the live model's forward (out.trace.link_count)",
+                     "Full": live_full, "Block": live_block})
+    return pd.DataFrame(rows)
+
+
+# ---- depth-attention weights of one token ---------------------------------------------------------
+
+def source_order(labels: list[str]) -> list[str]:
+    """Columns of the heatmap: the order sources first appear, with the partial sum last."""
+    seen = list(dict.fromkeys(labels))
+    return [s for s in seen if s != "partial"] + (["partial"] if "partial" in seen else [])
+
+
+def depth_matrix(out: K3Output, token: int) -> tuple[np.ndarray, list[str], list[str]]:
+    """Every read (rows) x every source (columns) for one token; NaN where a read had no such source."""
+    reads = out.trace.reads
+    cols = source_order([s for _, _, names in reads for s in names])
+    index = {s: j for j, s in enumerate(cols)}
+    z = np.full((len(reads), len(cols)), np.nan)
+    for i, (_, a, names) in enumerate(reads):
+        z[i, [index[s] for s in names]] = a[0, token].float().numpy()
+    return z, [label for label, _, _ in reads], cols
+
+
+def boundary_rows(read_labels: list[str], block_size: int) -> list[int]:
+    """Row (or column) indices where a new block of layers starts (layer 12, 24, ... at block size 12)."""
+    starts = {f"L{i}.attn" for i in range(block_size, 10_000, block_size)}
+    return [i for i, label in enumerate(read_labels) if label in starts]
+
+
+# ---- can layer r retrieve what layer s computed? --------------------------------------------------
+
+@functools.lru_cache(maxsize=32)
+def source_members(mode: str, block_size: int, num_layers: int) -> dict[str, dict[str, tuple]]:
+    """For every read: each source label -> the module outputs summed in it, as (layer, module) pairs
+    ("emb" for the embedding). Found by running the real DepthState on tuples: adding two tuples
+    concatenates them, so a partial sum becomes the list of what was summed."""
+    state = DepthState(("emb",), mode, block_size, record=False)
+    out = {}
+    for i in range(num_layers):
+        state.begin_layer(i)
+        for module in ("attn", "ffn"):
+            srcs, names = state.sources()
+            out[f"L{i}.{module}"] = dict(zip(names, srcs))
+            state.add(((i, module),))
+    srcs, names = state.sources()
+    out["out"] = dict(zip(names, srcs))
+    return out
+
+
+def retrieval(out: K3Output, read: str, token: int) -> pd.DataFrame:
+    """How much of each earlier layer's output one read mixes in, for one token.
+
+    The read's softmax weight a_s of each source is split among the layers summed in that source by
+    their share of its module-output norms: share(l) = sum_m |o_(l,m)| / sum over every module output
+    in the source of |o|. In Full mode every source is one module, so the share is 1 and a layer's
+    weight is a(L.attn) + a(L.ffn). The effective weights of all layers plus the embedding's sum to 1.
+    """
+    depth = out.trace.depth
+    labels = [label for label, _, _ in out.trace.reads]
+    if read not in labels:
+        raise ValueError(f"no read named {read}")
+    _, a, names = out.trace.reads[labels.index(read)]
+    members = source_members(depth.mode, depth.block_size, out.trace.num_layers)[read]
+    emb = depth.blocks[0][0, token].float()                              # the embedding, [d]
+
+    def norm(m) -> float:
+        return float(emb.norm() if m == "emb" else out.trace.outputs[m][0, token].float().norm())
+
+    rows = []
+    for j, name in enumerate(names):
+        mods = members[name]
+        norms = {m: norm(m) for m in mods}
+        total = sum(norms.values()) or 1.0
+        for layer in sorted({m[0] for m in mods if m != "emb"}):
+            share = sum(v for m, v in norms.items() if m != "emb" and m[0] == layer) / total
+            rows.append({"layer": layer, "source": name, "source weight": float(a[0, token, j]),
+                         "share": share, "weight": float(a[0, token, j]) * share})
+        if "emb" in mods:
+            rows.append({"layer": -1, "source": name, "source weight": float(a[0, token, j]),
+                         "share": norms["emb"] / total, "weight": float(a[0, token, j]) * norms["emb"] / total})
+    df = pd.DataFrame(rows)
+    # Full mode: a layer appears once per module source; sum them into one row per layer
+    return (df.groupby("layer", as_index=False)
+              .agg(source=("source", " + ".join), **{"source weight": ("source weight", "sum")},
+                   share=("share", "mean"), weight=("weight", "sum")))
+
+
+# ---- memory kept alive per token ------------------------------------------------------------------
+
+def depth_memory(num_layers: int, block_size: int, d: int, bytes_per_value: int = 2) -> pd.DataFrame:
+    rows = []
+    for name, bs in (("Full", None), ("Block", block_size)):
+        n = vectors_alive(num_layers, bs)
+        rows.append({"design": name, "vectors": n, "values": n * d, "bytes": n * d * bytes_per_value})
+    return pd.DataFrame(rows)
+
+
+def vectors_by_block_size(num_layers: int) -> pd.DataFrame:
+    bs = np.arange(1, num_layers + 1)
+    return pd.DataFrame({"block size": bs, "blocks": [len(block_sizes(num_layers, int(b))) for b in bs],
+                         "vectors": [vectors_alive(num_layers, int(b)) for b in bs]})
+
+
+# ---- the Full variant of the live model -----------------------------------------------------------
+
+def full_variant(model: K3Model) -> K3Model:
+    """The same weights run with Full AttnRes (config switch attnres="full"). Parameter shapes are
+    identical, so the state dict loads as is; the tensors are shared, never written."""
+    with torch.device("meta"):
+        other = K3Model(model.cfg.with_(attnres="full"))
+    other.load_state_dict(model.state_dict(), strict=True, assign=True)
+    return other.eval().requires_grad_(False)
+
+
+# ---- cached wrappers for the page -----------------------------------------------------------------
+
+@st.cache_resource(show_spinner="Building the Full-AttnRes variant of the live model…")
+def live_full_model() -> K3Model:
+    from app.live import live
+    return full_variant(live().model)
+
+
+@st.cache_resource(max_entries=16, show_spinner=False)
+def full_forward(ids: tuple[int, ...]) -> K3Output:
+    from app.live import MAX_TOKENS
+    with torch.inference_mode():
+        return live_full_model()(torch.tensor([ids]), max_tokens=MAX_TOKENS)
+
+
+@st.cache_resource(max_entries=64, show_spinner=False)
+def cached_figure(name: str, *args):
+    """Figures that depend only on closed forms and a control or two, built once per process."""
+    from app.charts import depth as charts
+    if name == "links":
+        block_size, view, mark = args
+        return charts.links_figure(link_series(block_size, view), mark, block_size)
+    if name == "vectors":
+        num_layers, block_size, d = args
+        return charts.vectors_figure(vectors_by_block_size(num_layers), vectors_alive(num_layers, None), block_size, d)
+    raise ValueError(f"no figure named {name}")

@@ -1,0 +1,187 @@
+"""Attention Residuals: each layer attends over the outputs of earlier layers instead of adding them."""
+import html
+
+import streamlit as st
+
+from app import live as lv_mod
+from app import ui, urlstate
+from app.attention import fmt_bytes, token_text
+from app.charts.depth import depth_heatmap, retrieval_figure
+from app.depth import (PAPER, VIEWS, boundary_rows, cached_figure, count_table, depth_matrix, depth_memory,
+                       full_forward, link_series, retrieval)
+from app.text import fmt_int
+from model.attnres import block_sizes, vectors_alive
+from model.config import K3Config
+
+ui.ignore_unknown_params({"view", "bs", "token", "mode", "reader", "source"})
+full = K3Config.full()
+L = full.num_layers
+ui.page_header(
+    "Attention Residuals",
+    "K3 has no `h + f(h)`: before every module, a token **attends over depth**, mixing earlier layers' "
+    "outputs with learned softmax weights; Block AttnRes groups the 93 layers into 8 blocks so that only "
+    "9 vectors per token stay alive instead of 187.",
+    "drag the block size to 1 and to 93 and watch the link count and memory move between Full and plain "
+    "residuals; then pick a later layer and see how much it still reads from layer 12.",
+)
+
+# ---- link counts -----------------------------------------------------------------------------------
+st.subheader("How many links does depth attention cost?")
+urlstate.sync("ar_view", "view", "per-layer", list(VIEWS), "view", parse=str)
+urlstate.sync("ar_bs", "bs", full.attnres_block_size, range(1, L + 1), "block size")
+c1, c2 = st.columns([3, 2])
+view = c1.segmented_control("Count", list(VIEWS), key="ar_view", format_func=lambda v: VIEWS[v]["label"]) \
+    or "per-layer"
+bs = c2.slider("Block size (layers per block)", 1, L, key="ar_bs")
+urlstate.remember("view", view)
+urlstate.remember("bs", bs)
+series = link_series(bs, view)
+ui.chart(cached_figure("links", bs, view, L),
+         "A link is one candidate source in one read. Full AttnRes lets every read see every earlier output, "
+         "so links grow with L²; Block keeps one sum per block, so they grow about linearly. Closed forms from "
+         f"model/attnres.py. The shaded region is where the {PAPER} calls Full AttnRes affordable (L < 100); "
+         f"K3's L = {L} sits just inside it and still uses Block.",
+         alt="Log-log chart of AttnRes links per token against depth for Full and Block AttnRes, L = 93 marked.",
+         key="ar_links")
+at93 = series[series["layers"] == L].iloc[0]
+m1, m2, m3 = st.columns(3)
+m1.metric(f"Full AttnRes at L = {L}", fmt_int(int(at93["Full"])), help="computed: closed form")
+m2.metric(f"Block AttnRes at L = {L}", fmt_int(int(at93["Block"])),
+          help=f"computed: closed form, blocks {block_sizes(L, bs)}")
+m3.metric("Full / Block", f"{at93['Full'] / at93['Block']:.1f}x", help="derived: ratio of the two counts")
+
+st.caption("Computed per token, every read counted (a read with one candidate is one link). "
+           + ("One read per layer is the AttnRes paper's picture (one module per layer)." if view == "per-layer" else
+              "K3 runs two reads per layer (before attention, before the FFN) plus one before the LM head."))
+counts_box = st.container()      # filled below: the live counts need the prompt, which sits further down
+lv = lv_mod.live()
+prompt_box = st.container()
+with prompt_box:
+    st.subheader("Where each read looks: one token's depth-attention weights")
+    lv_mod.banner(lv)
+    prompt = ui.prompt_input(key="ar_prompt")
+live_block = live_full = None
+if prompt is not None:
+    with st.spinner("Running the live model with Block and with Full AttnRes…"):
+        out_block = lv_mod.forward(prompt.ids)
+        out_full = full_forward(prompt.ids)
+    live_block, live_full = out_block.trace.link_count, out_full.trace.link_count
+
+table = count_table(view, bs, L, live_block if bs == lv.model.cfg.attnres_block_size else None, live_full)
+with counts_box, st.expander("Counted three ways: closed form, the real bookkeeping, the live model", expanded=True):
+    st.dataframe(table, hide_index=True, width="stretch",
+                 column_config={"Full": st.column_config.NumberColumn(format="%,d"),
+                                "Block": st.column_config.NumberColumn(format="%,d")})
+    st.caption("The live model runs two reads per layer plus the output read, so its trace gives the "
+               "two-reads count (Block from the live instance, blocks of 12; Full from the same weights run "
+               "with `attnres=\"full\"`). The per-layer view is counted by the same DepthState code with one "
+               "module per layer. All rows must agree."
+               + ("" if bs == lv.model.cfg.attnres_block_size else
+                  f" The live instance was trained with blocks of {lv.model.cfg.attnres_block_size}, so it has "
+                  f"no live Block count for blocks of {bs}."))
+
+with prompt_box:
+    if prompt is not None:
+        T = len(prompt.ids)
+        urlstate.sync("ar_token", "token", T, range(1, T + 1), "token")
+        urlstate.sync("ar_mode", "mode", "Block", ["Block", "Full"], "AttnRes mode", parse=str)
+        c1, c2 = st.columns([3, 2])
+        token = c1.slider("Token", 1, T, key="ar_token") if T > 1 else 1
+        mode = c2.segmented_control("AttnRes", ["Block", "Full"], key="ar_mode",
+                                    format_func={"Block": "Block (the live model)",
+                                                 "Full": "Full (same weights)"}.get) or "Block"
+        urlstate.remember("token", token)
+        urlstate.remember("mode", mode)
+        out = out_block if mode == "Block" else out_full
+        z, rows, cols = depth_matrix(out, token - 1)
+        bsize = lv.model.cfg.attnres_block_size
+        ui.chart(depth_heatmap(z, rows, cols, boundary_rows(rows, bsize),
+                               boundary_rows(cols, bsize) if mode == "Full" else [],
+                               f"Token {token} “{html.escape(token_text(prompt.pieces[token - 1]))}”: {len(rows)} reads x "
+                               f"{len(cols)} sources"),
+                 ("Each row is one read (before that module runs) and sums to 1 over its sources. In Block mode the "
+                  "columns are the embedding, the sealed blocks and the running partial sum of the current block, "
+                  "so the 'partial' column means a different block in each band. " if mode == "Block" else
+                  "Each row is one read and sums to 1; in Full mode every module output is its own source. "
+                  "These queries were trained for Block sources, so the Full weights show what the same weights do "
+                  "over per-module sources, not what a Full-trained model would learn. ")
+                 + f"Dotted lines: block boundaries (every {bsize} layers).",
+                 alt="Heatmap of depth-attention weights: rows are reads, columns are the sources each read sees.",
+                 key="ar_heatmap")
+        st.caption(f"Token shown: `{token_text(prompt.pieces[token - 1])}` (position {token} of {T}).")
+
+# ---- retrieval -------------------------------------------------------------------------------------
+st.subheader("Can layer 50 retrieve what layer 12 computed?")
+if prompt is None:
+    st.info("Type a prompt above to ask the live model.", icon=":material/edit_note:")
+else:
+    urlstate.sync("ar_reader", "reader", 50, range(1, L), "reading layer")
+    c1, c2, c3 = st.columns([5, 5, 4])
+    reader = c1.slider("Reading layer", 1, L - 1, key="ar_reader")
+    urlstate.sync("ar_source", "source", 12, range(0, L - 1), "earlier layer")
+    source = c2.slider("Earlier layer", 0, L - 2, key="ar_source")
+    module = c3.segmented_control("Read", ["attn", "ffn"], default="attn", key="ar_module",
+                                  format_func={"attn": "before attention", "ffn": "before FFN"}.get) or "attn"
+    urlstate.remember("reader", reader)
+    urlstate.remember("source", source)
+    if source >= reader:
+        st.info(f"Layer {reader} cannot read layer {source}: it runs later. Showing layer {reader - 1}, the last "
+                f"one before it.", icon=":material/info:")
+        source = reader - 1
+    read = f"L{reader}.{module}"
+    profiles = {"Full": retrieval(out_full, read, token - 1), "Block": retrieval(out_block, read, token - 1)}
+    ui.chart(retrieval_figure(profiles, source, reader),
+             f"How much of each earlier layer's output the read before layer {reader}'s "
+             f"{'attention' if module == 'attn' else 'FFN'} mixes in, for token {token}. Full: the softmax weights "
+             "of that layer's two outputs. Block: the weight of the source that holds the layer, times the layer's "
+             "share of that source (its module-output norms over all the norms summed in the source), so layers "
+             "in one block share its weight. The embedding gets the rest.",
+             alt="Line chart of the weight each earlier layer's output receives in one read, Full vs Block.",
+             key="ar_retrieval")
+    f_row = profiles["Full"].set_index("layer").loc[source]
+    b_row = profiles["Block"].set_index("layer").loc[source]
+    c1, c2 = st.columns(2)
+    with c1.container(border=True):
+        st.metric(f"Full: weight of layer {source}'s outputs", f"{f_row['weight']:.4f}",
+                  help="computed: the read's softmax weights of L.attn and L.ffn, summed")
+        st.caption(f"Layer {source} is kept as its own two sources ({f_row['source']}); layer {reader} can "
+                   f"address it directly. Uniform would be {2 / (1 + 2 * reader + (module == 'ffn')):.4f}.")
+    with c2.container(border=True):
+        st.metric(f"Block: weight reaching layer {source}", f"{b_row['weight']:.4f}",
+                  help="computed: source weight x share")
+        st.caption(f"Layer {source} sits in **{b_row['source']}**, which gets weight {b_row['source weight']:.4f}; "
+                   f"layer {source} is {b_row['share']:.1%} of it (norm share). The read cannot separate layer "
+                   f"{source} from the other layers summed in that source.")
+
+# ---- memory ----------------------------------------------------------------------------------------
+st.subheader("Memory kept alive per token: O(L d) vs O(N d)")
+ui.chart(cached_figure("vectors", L, bs, full.d_model),
+         f"Full AttnRes keeps the embedding and every module output until the last read: 2L + 1 = "
+         f"{vectors_alive(L, None)} vectors per token. Block keeps the embedding, the sealed blocks and one "
+         f"partial sum: N + 1 = {vectors_alive(L, bs)} at blocks of {bs}. Block size {L} is one block "
+         "(2 vectors: almost a plain residual); block size 1 is one sum per layer.",
+         alt="Vectors kept alive per token against the AttnRes block size, with Full AttnRes as a flat line.",
+         key="ar_vectors")
+k3_mem = depth_memory(L, bs, full.d_model).set_index("design")
+live_mem = depth_memory(L, bs, lv.model.cfg.d_model, bytes_per_value=4).set_index("design")
+c1, c2 = st.columns(2)
+with c1.container(border=True):
+    st.markdown(f"**K3 scale** (d = {fmt_int(full.d_model)}, bf16)")
+    for name in ("Full", "Block"):
+        r = k3_mem.loc[name]
+        st.metric(f"{name}, K3 scale: per token", fmt_bytes(r["bytes"]),
+                  help=f"computed: {r['vectors']} vectors x {full.d_model} values x 2 bytes")
+    st.caption(f"For a {fmt_int(full.context_length)}-token prefill held at once: Full "
+               f"{fmt_bytes(k3_mem.loc['Full', 'bytes'] * full.context_length)}, Block "
+               f"{fmt_bytes(k3_mem.loc['Block', 'bytes'] * full.context_length)} (computed). Decoding needs none "
+               "of it across tokens: depth attention is per token.")
+with c2.container(border=True):
+    st.markdown(f"**Live instance** (d = {lv.model.cfg.d_model}, fp32)")
+    for name in ("Full", "Block"):
+        r = live_mem.loc[name]
+        st.metric(f"{name}, live instance: per token", f"{fmt_int(r['values'])} values",
+                  help=f"computed: {r['vectors']} vectors x {lv.model.cfg.d_model} values ({fmt_bytes(r['bytes'])} at fp32)")
+    if prompt is not None:
+        st.caption(f"Measured: the live model's output read saw {len(out_block.trace.reads[-1][2])} sources "
+                   f"(Block, blocks of {lv.model.cfg.attnres_block_size}) and the Full variant's saw "
+                   f"{len(out_full.trace.reads[-1][2])}.")

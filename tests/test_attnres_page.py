@@ -1,0 +1,102 @@
+"""AppTest of the Attention Residuals page: link counts shown for L = 93 in both views, live counts
+beside the closed forms, the heatmap, the retrieval answer, memory, and bad link parameters."""
+import json
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+ROOT = Path(__file__).resolve().parent.parent
+PAGE = "pages/attnres.py"
+
+
+def open_page(params: dict | None = None) -> AppTest:
+    at = AppTest.from_file(str(ROOT / "streamlit_app.py"), default_timeout=180).run()
+    for k, v in (params or {}).items():      # after the first run: the Overview drops what it does not use
+        at.query_params[k] = v
+    at.switch_page(PAGE).run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def metrics(at) -> dict:
+    return {m.label: m.value for m in at.metric}
+
+
+def trace_names(at) -> list[list[str]]:
+    return [[t.get("name") for t in json.loads(el.proto.spec)["data"]] for el in at.get("plotly_chart")]
+
+
+@pytest.fixture(scope="module")
+def page():
+    return open_page()
+
+
+def test_link_counts_at_93_in_both_views(page):
+    m = metrics(page)
+    assert (m["Full AttnRes at L = 93"], m["Block AttnRes at L = 93"]) == ("4,371", "493")
+    page.segmented_control(key="ar_view").set_value("two-reads").run()
+    m = metrics(page)
+    assert (m["Full AttnRes at L = 93"], m["Block AttnRes at L = 93"]) == ("17,578", "1,003")
+    # three ways of counting agree, the live forward's trace among them
+    table = page.dataframe[0].value
+    assert len(table) == 3 and "live model" in table["count"].iloc[2]
+    assert table["Full"].tolist() == [17_578] * 3 and table["Block"].tolist() == [1_003] * 3
+    page.segmented_control(key="ar_view").set_value("per-layer").run()
+    assert page.dataframe[0].value["Full"].tolist() == [4_371] * 2
+
+
+def test_charts_and_series(page):
+    names = trace_names(page)
+    assert names[0] == ["Full AttnRes", "Block AttnRes (blocks of 12)", "K3: L = 93"]
+    assert names[1] == ["depth weights"]
+    assert [n for n in names[2] if n] == ["Full AttnRes", "Block AttnRes"]
+    assert names[3] == ["Full AttnRes", "Block AttnRes", "chosen block size"]
+    links = json.loads(page.get("plotly_chart")[0].proto.spec)
+    assert any("AttnRes paper" in a["text"] for a in links["layout"]["annotations"])
+
+
+def test_heatmap_shows_every_read_and_switches_to_full(page):
+    spec = json.loads(page.get("plotly_chart")[1].proto.spec)
+    assert "187 reads x 9 sources" in spec["layout"]["title"]["text"]
+    page.segmented_control(key="ar_mode").set_value("Full").run()
+    spec = json.loads(page.get("plotly_chart")[1].proto.spec)
+    assert "187 reads x 187 sources" in spec["layout"]["title"]["text"]
+    assert len(spec["layout"]["shapes"]) == 2 * 7                  # block boundaries on rows and columns
+    page.segmented_control(key="ar_mode").set_value("Block").run()
+
+
+def test_retrieval_answers_for_full_and_block(page):
+    m = metrics(page)
+    full, block = float(m["Full: weight of layer 12's outputs"]), float(m["Block: weight reaching layer 12"])
+    assert 0 < full < 1 and 0 < block < 1
+    captions = " ".join(c.value for c in page.caption)
+    assert "sits in **block 2**" in captions
+    page.slider(key="ar_reader").set_value(20).run()                   # same block as layer 12
+    assert not page.exception
+    assert "sits in **partial**" in " ".join(c.value for c in page.caption)
+    page.slider(key="ar_reader").set_value(5).run()                    # layer 12 comes later
+    assert any("cannot read layer 12" in i.value for i in page.info)
+    page.slider(key="ar_reader").set_value(50).run()
+
+
+def test_block_size_slider_recomputes_counts_and_memory(page):
+    page.slider(key="ar_bs").set_value(93).run()
+    m = metrics(page)
+    assert m["Block AttnRes at L = 93"] == "185"     # one block: layer 0 reads emb alone, 92 reads see emb + partial
+    assert m["Full, K3 scale: per token"] == "2.7 MB" and m["Block, K3 scale: per token"] == "28.7 KB"   # 2 vectors x 7168 x 2 B
+    table = page.dataframe[0].value
+    assert len(table) == 2 and table["Block"].nunique() == 1
+    page.slider(key="ar_bs").set_value(12).run()
+    assert metrics(page)["Block, K3 scale: per token"] == "129.0 KB"
+    assert metrics(page)["Block, live instance: per token"] == "288 values"     # 9 x d = 32              # 9 x 7168 x 2 bytes
+
+
+def test_bad_link_parameters_are_clamped_with_a_notice():
+    at = open_page({"bs": "500", "view": "<script>x</script>", "reader": "0", "token": "9999"})
+    notes = " ".join(i.value for i in at.info)
+    assert "block size 500 is not available" in notes and "not available here; showing" in notes
+    assert "<script>" not in notes
+    assert at.slider(key="ar_bs").value == 93 and at.slider(key="ar_reader").value == 1
+    assert at.segmented_control(key="ar_view").value == "per-layer"
+    assert at.slider(key="ar_token").value == at.slider(key="ar_token").max

@@ -1,0 +1,169 @@
+"""Data and figures of the Attention Residuals page (app/depth.py, app/charts/depth.py): link-count
+series, the bookkeeping count, source membership, the retrieval computation on a micro model."""
+import numpy as np
+import pytest
+import torch
+
+from app.charts.depth import depth_heatmap, links_figure, retrieval_figure, vectors_figure
+from app.depth import (VIEWS, bookkeeping_links, boundary_rows, count_table, depth_matrix, depth_memory,
+                       full_variant, link_series, retrieval, source_members, vectors_by_block_size)
+from model.config import K3Config
+from model.k3 import K3Model
+
+
+def micro_model(random_queries: bool, seed: int = 0) -> K3Model:
+    torch.manual_seed(seed)
+    model = K3Model(K3Config.micro()).eval().requires_grad_(False)
+    if random_queries:
+        with torch.no_grad():
+            for name, p in model.named_parameters():
+                if name.endswith(".proj"):
+                    p.copy_(torch.randn_like(p))
+    return model
+
+
+def run(model, T=7, seed=1):
+    ids = torch.randint(0, model.cfg.vocab_size, (1, T), generator=torch.Generator().manual_seed(seed))
+    with torch.inference_mode():
+        return model(ids)
+
+
+# ---- link counts --------------------------------------------------------------------------------
+
+def test_link_series_gives_the_published_table_at_93():
+    per = link_series(12, "per-layer").set_index("layers")
+    two = link_series(12, "two-reads").set_index("layers")
+    assert (per.loc[93, "Full"], per.loc[93, "Block"]) == (4_371, 493)
+    assert (two.loc[93, "Full"], two.loc[93, "Block"]) == (17_578, 1_003)
+    assert per.index.min() == 1 and per.index.max() == 200
+    assert per["Full"].is_monotonic_increasing and per["Block"].is_monotonic_increasing
+    # Full grows quadratically, Block about linearly: the ratio grows with depth
+    assert per.loc[200, "Full"] / per.loc[200, "Block"] > per.loc[93, "Full"] / per.loc[93, "Block"] > 8
+    # one layer: a single read of the embedding, whatever the mode
+    assert per.loc[1, "Full"] == per.loc[1, "Block"] == 1
+
+
+@pytest.mark.parametrize("L,bs", [(1, 12), (7, 2), (13, 12), (93, 12), (93, 5), (93, 1), (93, 93)])
+@pytest.mark.parametrize("view", list(VIEWS))
+def test_bookkeeping_count_equals_the_closed_form(L, bs, view):
+    v = VIEWS[view]
+    r, o = v["reads_per_layer"], v["output_read"]
+    from model.attnres import link_count
+    assert bookkeeping_links(L, bs, r, o) == link_count(L, bs, r, o)
+    assert bookkeeping_links(L, None, r, o) == link_count(L, None, r, o)
+
+
+def test_count_table_rows_agree_and_include_live_counts_only_for_two_reads():
+    t = count_table("two-reads", 12, 93, live_block=1_003, live_full=17_578)
+    assert len(t) == 3 and t["Full"].eq(17_578).all() and t["Block"].eq(1_003).all()
+    assert len(count_table("per-layer", 12, 93, 1_003, 17_578)) == 2
+
+
+# ---- who holds what -----------------------------------------------------------------------------
+
+def test_source_members_follow_the_block_bookkeeping():
+    m = source_members("block", 12, 93)
+    r50 = m["L50.attn"]
+    assert list(r50) == ["emb", "block 1", "block 2", "block 3", "block 4", "partial"]
+    assert set(r50["block 2"]) == {(i, mod) for i in range(12, 24) for mod in ("attn", "ffn")}
+    assert set(r50["partial"]) == {(48, "attn"), (48, "ffn"), (49, "attn"), (49, "ffn")}
+    # layer 24's first read runs before the seal: layers 12..23 are still the partial sum
+    assert list(m["L24.attn"]) == ["emb", "block 1", "partial"] and len(m["L24.attn"]["partial"]) == 24
+    assert list(m["L24.ffn"])[-2:] == ["block 2", "partial"] and m["L24.ffn"]["partial"] == ((24, "attn"),)
+    assert list(m["out"]) == ["emb"] + [f"block {k}" for k in range(1, 8)] + ["partial"]
+    assert list(m["L0.attn"]) == ["emb"]
+    full = source_members("full", 1, 93)
+    assert len(full["L50.attn"]) == 1 + 2 * 50 and full["L50.attn"]["L12.ffn"] == ((12, "ffn"),)
+
+
+# ---- retrieval ----------------------------------------------------------------------------------
+
+def test_uniform_reads_give_the_counting_answer():
+    # zero-initialised queries weight every source equally, so the answer is known by counting
+    model = micro_model(random_queries=False)
+    out_b, out_f = run(model), run(full_variant(model))
+    f = retrieval(out_f, "L4.attn", 3).set_index("layer")
+    assert f.loc[1, "weight"] == pytest.approx(2 / 9)            # emb + 8 module outputs, 2 of them layer 1
+    assert f.loc[1, "source"] == "L1.attn + L1.ffn" and f.loc[1, "share"] == 1
+    b = retrieval(out_b, "L4.attn", 3).set_index("layer")       # emb, block 1 (L0, L1), partial (L2, L3)
+    assert b.loc[1, "source"] == "block 1" and b.loc[1, "source weight"] == pytest.approx(1 / 3)
+    assert b.loc[0, "share"] + b.loc[1, "share"] == pytest.approx(1)
+    assert b.loc[2, "source"] == "partial"
+    assert retrieval(out_b, "L4.ffn", 3).set_index("layer").loc[1, "source weight"] == pytest.approx(1 / 4)
+
+
+def test_block_share_is_the_norm_share_of_the_block():
+    model = micro_model(random_queries=True)
+    out = run(model)
+    b = retrieval(out, "L5.attn", 2).set_index("layer")
+    n = {i: sum(out.trace.outputs[(i, m)][0, 2].norm().item() for m in ("attn", "ffn")) for i in range(6)}
+    assert b.loc[0, "share"] == pytest.approx(n[0] / (n[0] + n[1]), rel=1e-5)
+    assert b.loc[2, "share"] == pytest.approx(n[2] / (n[2] + n[3]), rel=1e-5)
+    # every layer's effective weight plus the embedding's is the whole read
+    assert b["weight"].sum() == pytest.approx(1, abs=1e-5)
+
+
+def test_full_weights_equal_a_direct_recomputation_of_the_read():
+    model = micro_model(random_queries=True)
+    out = run(full_variant(model))
+    tok, r = 4, 4
+    srcs = [out.trace.depth.blocks[0]] + [out.trace.outputs[(i, m)] for i in range(r) for m in ("attn", "ffn")]
+    with torch.inference_mode():
+        _, a = model.layers[r].q_attn(srcs)                  # [1, T, 9], independently of the trace
+    f = retrieval(out, f"L{r}.attn", tok).set_index("layer")
+    for layer in range(r):
+        assert f.loc[layer, "weight"] == pytest.approx(float(a[0, tok, 1 + 2 * layer] + a[0, tok, 2 + 2 * layer]),
+                                                       rel=1e-5)
+    assert f["weight"].sum() == pytest.approx(1, abs=1e-5)
+    with pytest.raises(ValueError):
+        retrieval(out, "L99.attn", 0)
+
+
+def test_full_variant_shares_weights_and_leaves_the_block_model_alone():
+    model = micro_model(random_queries=True)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    other = full_variant(model)
+    assert other.cfg.attnres == "full" and model.cfg.attnres == "block"
+    assert other.layers[2].q_attn.proj.data_ptr() == model.layers[2].q_attn.proj.data_ptr()
+    out_f, out_b = run(other), run(model)
+    assert out_f.trace.link_count == 6 * 13 + 13 == 91          # L(2L+1) + (2L+1) at L = 6
+    assert out_b.trace.link_count != out_f.trace.link_count
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+    assert not any(p.requires_grad for p in other.parameters())
+
+
+# ---- heatmap, memory, figures -------------------------------------------------------------------
+
+def test_depth_matrix_rows_are_distributions_with_partial_last():
+    model = micro_model(random_queries=True)
+    out = run(model)
+    z, rows, cols = depth_matrix(out, 5)
+    assert z.shape == (13, len(cols)) and rows[0] == "L0.attn" and rows[-1] == "out"
+    assert cols[0] == "emb" and cols[-1] == "partial"
+    np.testing.assert_allclose(np.nansum(z, 1), 1, atol=1e-5)
+    assert np.isnan(z[0, 1:]).all()                              # layer 0's first read sees the embedding only
+    assert boundary_rows(rows, 2) == [4, 8]                      # L2.attn, L4.attn
+    fig = depth_heatmap(z, rows, cols, [4, 8], [], "t")
+    assert fig.data[0].type == "heatmap" and len(fig.layout.shapes) == 2
+
+
+def test_memory_per_token_at_k3_scale():
+    m = depth_memory(93, 12, 7168).set_index("design")
+    assert m.loc["Full", "vectors"] == 187 and m.loc["Block", "vectors"] == 9
+    assert m.loc["Full", "bytes"] == 187 * 7168 * 2 and m.loc["Block", "bytes"] == 9 * 7168 * 2
+    v = vectors_by_block_size(93).set_index("block size")
+    assert v.loc[12, "blocks"] == 8 and v.loc[1, "vectors"] == 94 and v.loc[93, "vectors"] == 2
+    fig = vectors_figure(v.reset_index(), 187, 12, 7168)
+    assert list(fig.data[2].y) == [9] and list(fig.data[0].y) == [187] * 93
+
+
+def test_link_and_retrieval_figures():
+    fig = links_figure(link_series(12, "two-reads"), 93, 12)
+    assert [t.name for t in fig.data] == ["Full AttnRes", "Block AttnRes (blocks of 12)", "K3: L = 93"]
+    assert list(fig.data[2].y) == [17_578, 1_003]
+    assert fig.layout.xaxis.type == "log" and fig.layout.yaxis.type == "log"
+    assert any("AttnRes paper" in a.text for a in fig.layout.annotations)
+    model = micro_model(random_queries=True)
+    prof = {"Full": retrieval(run(full_variant(model)), "L4.attn", 0), "Block": retrieval(run(model), "L4.attn", 0)}
+    rf = retrieval_figure(prof, 1, 4)
+    assert [t.name for t in rf.data if t.showlegend is not False] == ["Full AttnRes", "Block AttnRes"]
