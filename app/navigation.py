@@ -17,5 +17,8 @@ PAGES = (
     PageSpec("pages/overview.py", "Overview", ":material/hub:", "overview", "Start here"),
     PageSpec("pages/attention.py", "Hybrid attention & memory", ":material/memory:", "attention", "Attention"),
     PageSpec("pages/attnres.py", "Attention Residuals", ":material/stacks:", "attnres", "Attention"),
+    PageSpec("pages/situ.py", "SiTU-GLU vs SwiGLU", ":material/show_chart:", "situ-glu", "Mixture of experts"),
+    PageSpec("pages/balance.py", "Load balancing lab", ":material/balance:", "balance", "Mixture of experts"),
+    PageSpec("pages/parallel.py", "Expert parallelism", ":material/lan:", "parallel", "Mixture of experts"),
     PageSpec("pages/model_card.py", "Model card", ":material/badge:", "model-card", "About"),
 )

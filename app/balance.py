@@ -1,0 +1,345 @@
+"""Data behind the Load balancing lab (ARCHITECTURE.md section 6; REFERENCES.md claim 11).
+
+The rebalancing protocol, the same for every method: step t draws a fresh batch of m tokens (new
+router scores from the same distribution), routes it top-k with the bias as it stands, records each
+expert's load, and only then updates the bias from that batch, so a batch is never routed with a
+bias derived from itself (what K3 does in training: QB's bias takes effect from the next batch).
+Every method sees the same batches. Pure functions, plus thin Streamlit-cached wrappers at the end.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import streamlit as st
+import torch
+
+from model.moe import QuantileHistogram, quantile_balance, route, sign_rule_update
+
+METHODS = ("none", "sign", "aux", "qb_hist", "qb")
+LABELS = {
+    "none": "No balancing",
+    "sign": "Sign rule (DeepSeek-V3)",
+    "aux": "Auxiliary loss",
+    "qb_hist": "Quantile Balancing, histogram",
+    "qb": "Quantile Balancing, exact",
+}
+SOURCES = {"synthetic": "Synthetic skewed scores", "live": "The live model's router"}
+ASSETS = Path(__file__).resolve().parent.parent / "assets"
+HELDOUT = ASSETS / "heldout_sample.txt"
+
+
+@dataclass(frozen=True)
+class Setup:
+    n_experts: int = 896
+    top_k: int = 16
+    tokens: int = 2048          # m, tokens per batch
+    steps: int = 12
+    skew: float = 1.0           # synthetic only: spread of the experts' popularity (logit units)
+    seed: int = 0
+    bins: int = 1000            # QB histogram bins
+
+    def check(self) -> None:
+        if not 2 <= self.n_experts:
+            raise ValueError("at least 2 experts")
+        if not 1 <= self.top_k < self.n_experts:
+            raise ValueError(f"top-k must lie in 1..{self.n_experts - 1} (balancing needs k < experts)")
+        if self.tokens * self.top_k < self.n_experts:
+            raise ValueError("m x k must be at least the number of experts (a target load of one token)")
+        if not 1 <= self.steps <= 500:
+            raise ValueError("steps must lie in 1..500")
+
+    @property
+    def target(self) -> float:          # q = m k / n tokens per expert
+        return self.tokens * self.top_k / self.n_experts
+
+
+# ---- where the scores come from ------------------------------------------------------------------
+
+class Scores:
+    """batch(t) -> [m, n] router probabilities of step t, reproducible (one generator per step)."""
+
+    def __init__(self, setup: Setup, pool: torch.Tensor | None = None):
+        self.s, self.pool = setup, pool
+        if pool is None:   # synthetic: a fixed popularity per expert, fresh token noise per batch
+            g = torch.Generator().manual_seed(setup.seed)
+            self.popularity = torch.randn(setup.n_experts, generator=g)            # [n]
+        elif pool.shape[1] < setup.n_experts:
+            raise ValueError(f"the pool has {pool.shape[1]} experts, fewer than {setup.n_experts}")
+
+    def batch(self, t: int) -> torch.Tensor:
+        s = self.s
+        g = torch.Generator().manual_seed(1_000_003 * (s.seed + 1) + t)
+        if self.pool is None:
+            logits = torch.randn(s.tokens, s.n_experts, generator=g) + s.skew * self.popularity
+            return torch.sigmoid(logits)                                             # [m, n]
+        rows = torch.randint(0, self.pool.shape[0], (s.tokens,), generator=g)       # with replacement
+        return self.pool[rows, : s.n_experts]
+
+
+def heldout_text(presets: dict[str, str]) -> tuple[str, str]:
+    """The fixed held-out text for the live source, and where it came from."""
+    if HELDOUT.exists():
+        text = HELDOUT.read_text(encoding="utf-8", errors="replace")
+        if text.strip():
+            return text, f"assets/{HELDOUT.name}"
+    return "\n".join(presets.values()), "the four preset prompts, joined"
+
+
+# ---- the methods ---------------------------------------------------------------------------------
+
+AUX_LR = 1.0   # plain SGD on the offsets; the coefficient alpha sets the size of the push
+
+
+def aux_loss_step(scores: torch.Tensor, offset: torch.Tensor, top_k: int, coef: float
+                  ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Route a batch with the router's per-expert logit offsets, then take one gradient step of a
+    Switch-style auxiliary loss alpha * n * sum_j f_j P_j on those offsets. Returns (top-k indices
+    [m, k] the batch was routed with, the next offsets [n]).
+
+    The assumption: the router can shift each expert's logit for every token alike, as a learned
+    router bias would; f_j = share of routed slots (not differentiable), P_j = mean normalised
+    score. Nothing else pulls on the offsets (no language-model loss): the best case for the loss."""
+    n = scores.shape[1]
+    logits = torch.logit(scores.float().clamp(1e-6, 1 - 1e-6))
+    beta = offset.detach().float().requires_grad_(True)
+    s = torch.sigmoid(logits + beta)                                                # [m, n]
+    idx = torch.topk(s.detach(), top_k, dim=-1).indices                             # [m, k] routing
+    f = torch.bincount(idx.reshape(-1), minlength=n).float() / idx.numel()           # [n] sums to 1
+    P = (s / s.sum(-1, keepdim=True)).mean(0)                                        # [n] sums to 1
+    loss = coef * n * (f * P).sum()
+    (grad,) = torch.autograd.grad(loss, beta)
+    return idx, (beta - AUX_LR * grad).detach().to(offset.dtype)
+
+
+def apply_offset(scores: torch.Tensor, offset: torch.Tensor) -> torch.Tensor:
+    return torch.sigmoid(torch.logit(scores.clamp(1e-6, 1 - 1e-6)) + offset.to(scores.dtype))
+
+
+@dataclass
+class Run:
+    method: str
+    param: float
+    loads: np.ndarray       # [steps, n] load of each expert at each step
+    biases: np.ndarray      # [steps, n] bias (or, for aux, logit offset) each batch was routed with
+
+
+def simulate(setup: Setup, method: str, param: float = 0.0, pool: torch.Tensor | None = None) -> Run:
+    """One method over setup.steps fresh batches (see the module docstring for the protocol).
+    param: gamma for the sign rule, alpha for the auxiliary loss, unused otherwise."""
+    setup.check()
+    if method not in METHODS:
+        raise ValueError(f"method is one of {METHODS}")
+    src = Scores(setup, pool)
+    n, k = setup.n_experts, setup.top_k
+    b = torch.zeros(n)
+    loads, biases = [], []
+    for t in range(setup.steps):
+        S = src.batch(t)                                                           # [m, n]
+        biases.append(b.numpy().copy())
+        if method == "aux":
+            top, b_next = aux_loss_step(S, b, k, param)                             # routes, then steps
+        else:
+            vals, idx = torch.topk(S + b, k + 1, dim=-1)                             # [m, k+1]
+            top = idx[:, :k]
+        load = torch.bincount(top.reshape(-1), minlength=n)
+        loads.append(load.numpy())
+        if method == "qb":
+            b = quantile_balance(S, b, k, cutoff=vals[:, k])
+        elif method == "qb_hist":
+            b = QuantileHistogram(b, k, setup.bins).add(S, b).bias().to(b.dtype)
+        elif method == "sign":
+            b = sign_rule_update(load, b, param)
+        elif method == "aux":
+            b = b_next
+    return Run(method, param, np.stack(loads), np.stack(biases))
+
+
+def metrics(run: Run, setup: Setup) -> pd.DataFrame:
+    L = run.loads.astype(np.float64)                                               # [steps, n]
+    mean = setup.target
+    return pd.DataFrame({
+        "step": np.arange(1, len(L) + 1), "method": LABELS[run.method],
+        "max/mean": L.max(1) / mean, "cv": L.std(1) / mean, "dead": (L == 0).sum(1),
+        "max load": L.max(1), "min load": L.min(1)})
+
+
+def steps_to(df: pd.DataFrame, threshold: float) -> int | None:
+    hit = df.loc[df["max/mean"] <= threshold, "step"]
+    return int(hit.iloc[0]) if len(hit) else None
+
+
+def noise_floor(tokens: int, top_k: int, n_experts: int) -> float:
+    """E[max_j load_j] / mean for a perfectly balanced router on a fresh batch: every load is
+    Binomial(m, k/n) (each token picks k distinct experts uniformly), experts treated as independent.
+    With tokens drawn independently, any bias fixed before the batch makes every load a binomial;
+    the even split is the best case, so this is (about) the floor of the expected max/mean."""
+    m, p = tokens, top_k / n_experts
+    x = np.arange(0, m + 1)
+    logpmf = (np.array([math.lgamma(m + 1) - math.lgamma(i + 1) - math.lgamma(m - i + 1) for i in x])
+              + x * math.log(p) + (m - x) * math.log1p(-p))
+    cdf = np.clip(np.cumsum(np.exp(logpmf)), 0.0, 1.0)
+    e_max = float(np.sum(1.0 - cdf[:-1] ** n_experts))      # E[max] = sum_{x >= 0} P(max > x)
+    return e_max / (m * p)
+
+
+# ---- the checks --------------------------------------------------------------------------------
+
+@dataclass
+class HistCheck:
+    exact: np.ndarray       # [n] uncentred b^ from exact quantiles
+    hist: np.ndarray        # [n] uncentred b^ from the histogram
+    bin_width: float
+
+    @property
+    def max_error_bins(self) -> float:
+        return float(np.abs(self.hist - self.exact).max() / self.bin_width)
+
+
+def hist_check(setup: Setup, bias: np.ndarray, step: int, pool: torch.Tensor | None = None) -> HistCheck:
+    """Exact QB vs its histogram estimate on one batch and bias (the histogram method's own state)."""
+    S = Scores(setup, pool).batch(step)
+    b = torch.as_tensor(bias, dtype=S.dtype)
+    exact = quantile_balance(S, b, setup.top_k, centre=False)
+    h = QuantileHistogram(b, setup.top_k, setup.bins).add(S, b)
+    return HistCheck(exact.numpy(), h.bias(centre=False).numpy(), h.width)
+
+
+@dataclass
+class WeightCheck:
+    tokens: int
+    changed_sets: int            # tokens whose chosen experts differ with the bias
+    compared: int                # tokens with at least 2 experts chosen both with and without it
+    max_formula_error: float     # weights vs raw score / sum of raw scores of the chosen set
+    max_diff_qb: float           # common experts' weights, renormalised over them: with vs without bias
+    max_diff_if_biased: float    # what the weights would differ by had they used s + b
+    max_diff_aux: float          # the same comparison for the auxiliary loss's logit offsets
+    pairs: pd.DataFrame          # (without, with) renormalised weight of sampled pairs, by method
+
+
+def _dense(idx: torch.Tensor, w: torch.Tensor, n: int) -> torch.Tensor:
+    return torch.zeros(idx.shape[0], n, dtype=w.dtype).scatter_(1, idx, w)            # [m, n]
+
+
+def _on_common(W0: torch.Tensor, W1: torch.Tensor):
+    """Both weight rows restricted to the experts chosen in both and renormalised over them."""
+    common = (W0 > 0) & (W1 > 0)                                                       # [m, n]
+    keep = common.sum(1) >= 2
+    a, b = W0 * common, W1 * common
+    a = a / a.sum(1, keepdim=True).clamp_min(1e-300)
+    b = b / b.sum(1, keepdim=True).clamp_min(1e-300)
+    return a, b, common & keep.unsqueeze(1), keep
+
+
+def weight_check(setup: Setup, qb_bias: np.ndarray, aux_offset: np.ndarray, step: int,
+                 pool: torch.Tensor | None = None, sample: int = 1500) -> WeightCheck:
+    """Claim 11: the bias chooses experts but never enters the output weights. A token's weights are
+    raw scores renormalised over its chosen set, so any experts chosen both with and without the bias
+    keep exactly their relative weights; logit offsets (the auxiliary-loss router) change them."""
+    S = Scores(setup, pool).batch(step).double()
+    n, k = setup.n_experts, setup.top_k
+    b = torch.as_tensor(qb_bias, dtype=torch.float64)
+    idx0, w0, _ = route(S, None, k)
+    idxb, wb, _ = route(S, b, k)
+    W0, Wb = _dense(idx0, w0, n), _dense(idxb, wb, n)
+    changed = (W0 > 0).ne(Wb > 0).any(1)
+    raw = S.gather(1, idxb)
+    formula = (raw / raw.sum(1, keepdim=True) - wb).abs().max()
+    biased = (S + b).gather(1, idxb)
+    if_biased = (biased / biased.sum(1, keepdim=True) - wb).abs().max()
+    Sa = apply_offset(S, torch.as_tensor(aux_offset, dtype=torch.float64))
+    idxa, wa, _ = route(Sa, None, k)
+    Wa = _dense(idxa, wa, n)
+    g = torch.Generator().manual_seed(7)
+    frames, diffs, counted = [], {}, 0
+    for name, W in (("Quantile Balancing bias", Wb), ("Auxiliary-loss offsets", Wa)):
+        a, c, mask, keep = _on_common(W0, W)
+        diffs[name] = float((a - c)[mask].abs().max()) if mask.any() else float("nan")
+        counted = counted or int(keep.sum())
+        t, e = torch.nonzero(mask, as_tuple=True)
+        pick = torch.randperm(len(t), generator=g)[:sample]
+        frames.append(pd.DataFrame({"without": a[t[pick], e[pick]].numpy(),
+                                    "with": c[t[pick], e[pick]].numpy(), "method": name}))
+    return WeightCheck(int(S.shape[0]), int(changed.sum()), counted, float(formula),
+                       diffs["Quantile Balancing bias"], float(if_biased), diffs["Auxiliary-loss offsets"],
+                       pd.concat(frames, ignore_index=True))
+
+
+@dataclass
+class SignStory:
+    """The numbers behind 'why the sign rule struggles near 1000 experts', from one run."""
+    gamma: float
+    steps: int
+    qb_max_abs_bias: float       # how far QB moved the farthest expert's bias
+    steps_needed: int            # at least that distance / gamma sign steps
+    sign_max_abs_bias: float     # how far the sign rule got (<= steps * gamma)
+    tokens_per_step: float       # mean over experts: tokens one +gamma step would pull in
+    target: float                # q = m k / n
+    flips: float                 # share of experts whose update direction flipped on the last step
+
+
+def sign_story(setup: Setup, qb: Run, sign: Run, pool: torch.Tensor | None = None) -> SignStory:
+    gamma = float(sign.param)
+    qb_far = float(np.abs(qb.biases[-1]).max()) if len(qb.biases) > 1 else 0.0
+    last = len(sign.biases) - 1
+    S = Scores(setup, pool).batch(last)
+    b = torch.as_tensor(sign.biases[-1], dtype=S.dtype)
+    alpha = torch.topk(S + b, setup.top_k + 1, dim=-1).values[:, setup.top_k:setup.top_k + 1]   # [m, 1]
+    gap = alpha - (S + b)                                                          # [m, n] >= 0 if out
+    pulled = ((gap > 0) & (gap <= gamma)).sum(0).double().mean()
+    if len(sign.loads) >= 2:
+        d1 = np.sign(setup.target - sign.loads[-1])
+        d0 = np.sign(setup.target - sign.loads[-2])
+        flips = float(((d1 * d0) < 0).mean())
+    else:
+        flips = 0.0
+    return SignStory(gamma, setup.steps, qb_far, math.ceil(qb_far / gamma) if gamma > 0 else 0,
+                     float(np.abs(sign.biases[-1]).max()), float(pulled), setup.target, flips)
+
+
+# ---- cached wrappers for the page ----------------------------------------------------------------
+
+@st.cache_resource(max_entries=8, show_spinner=False)
+def live_pool(layer: int) -> tuple[torch.Tensor, str, int]:
+    """Router probabilities [P, 896] of one MoE layer of the live model on the held-out text."""
+    from app.live import MAX_TOKENS, PRESETS, forward, live
+    lv = live()
+    text, origin = heldout_text(PRESETS)
+    ids = lv.tokenizer.encode(text)[:MAX_TOKENS]
+    out = forward(ids)
+    return out.trace.scores(layer)[0].detach().float().clone(), origin, len(ids)
+
+
+@st.cache_data(max_entries=64, show_spinner=False)
+def cached_run(setup: Setup, method: str, param: float, source: str, layer: int) -> Run:
+    return simulate(setup, method, param, _pool(source, layer))
+
+
+def _pool(source: str, layer: int) -> torch.Tensor | None:
+    return live_pool(layer)[0] if source == "live" else None
+
+
+@st.cache_data(max_entries=64, show_spinner=False)
+def cached_hist_check(setup: Setup, step: int, source: str, layer: int) -> HistCheck:
+    run = cached_run(setup, "qb_hist", 0.0, source, layer)
+    return hist_check(setup, run.biases[step], step, _pool(source, layer))
+
+
+@st.cache_data(max_entries=64, show_spinner=False)
+def cached_weight_check(setup: Setup, aux_coef: float, step: int, source: str, layer: int) -> WeightCheck:
+    qb, aux = cached_run(setup, "qb", 0.0, source, layer), cached_run(setup, "aux", aux_coef, source, layer)
+    return weight_check(setup, qb.biases[step], aux.biases[step], step, _pool(source, layer))
+
+
+@st.cache_data(max_entries=64, show_spinner=False)
+def cached_sign_story(setup: Setup, gamma: float, source: str, layer: int) -> SignStory:
+    qb, sign = cached_run(setup, "qb", 0.0, source, layer), cached_run(setup, "sign", gamma, source, layer)
+    return sign_story(setup, qb, sign, _pool(source, layer))
+
+
+@st.cache_data(max_entries=64, show_spinner=False)
+def cached_noise_floor(tokens: int, top_k: int, n_experts: int) -> float:
+    return noise_floor(tokens, top_k, n_experts)

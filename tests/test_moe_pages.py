@@ -1,0 +1,111 @@
+"""AppTest of the three "Mixture of experts" pages: SiTU-GLU vs SwiGLU, Load balancing lab, Expert
+parallelism (widgets, link parameters, bad input, and one real distributed run from the button)."""
+import base64
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from streamlit.testing.v1 import AppTest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def open_page(path, params=None):
+    at = AppTest.from_file(str(ROOT / "streamlit_app.py"), default_timeout=300).run()
+    for k, v in (params or {}).items():      # after the first page, which drops parameters it does not use
+        at.query_params[k] = v
+    at.switch_page(path).run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def figures(at):
+    return [json.loads(el.proto.spec) for el in at.get("plotly_chart")]
+
+
+def values(arr):
+    """Plotly 7 sends numeric arrays as {"dtype", "bdata"}: decode them."""
+    if isinstance(arr, dict) and "bdata" in arr:
+        return np.frombuffer(base64.b64decode(arr["bdata"]), dtype=np.dtype(arr["dtype"]))
+    return np.asarray(arr)
+
+
+def test_situ_page_curves_crossing_and_chain():
+    at = open_page("pages/situ.py")
+    figs = figures(at)
+    assert len(figs) == 6 and all(f["data"] for f in figs)
+    out = figs[0]
+    marker = [t for t in out["data"] if t.get("mode") == "markers+text"]
+    assert len(marker) == 1 and values(marker[0]["x"])[0] == pytest.approx(4.5284, abs=1e-3)   # u = 100
+    situ = next(t for t in out["data"] if t["name"].startswith("SiTU"))
+    assert np.abs(values(situ["y"])).max() <= 100
+    chain = figs[-1]
+    assert sum(t.get("mode") == "lines" for t in chain["data"]) == 4
+    assert chain["layout"]["yaxis"]["type"] == "log"
+    # a wider range and a negative up value: the crossing moves, nothing breaks
+    at.slider(key="situ_range").set_value(1000).run()
+    at.slider(key="situ_up").set_value(-3).run()
+    assert not at.exception
+    marker = [t for t in figures(at)[0]["data"] if t.get("mode") == "markers+text"]
+    assert values(marker[0]["x"])[0] == pytest.approx(448 / 3, rel=1e-6)
+    assert at.query_params["range"] == ["1000"] or at.query_params["range"] == "1000"
+
+
+def test_situ_page_clamps_bad_link_values():
+    at = open_page("pages/situ.py", {"range": "5000", "up": "abc", "layer": "0", "chain": "99"})
+    notes = " ".join(i.value for i in at.info)
+    assert "5000" in notes and "abc" in notes and "layer" in notes
+    assert at.slider(key="situ_range").value == 1000 and at.slider(key="situ_up").value == 100
+    assert at.select_slider(key="situ_layer").value == 1
+    assert not at.error
+
+
+def test_balance_page_runs_every_method():
+    at = open_page("pages/balance.py", {"m": "1024", "steps": "4"})
+    figs = figures(at)
+    steps = figs[0]
+    assert {t["name"] for t in steps["data"]} >= {"Quantile Balancing, exact", "Sign rule (DeepSeek-V3)",
+                                                   "Auxiliary loss", "No balancing", "Quantile Balancing, histogram"}
+    table = at.dataframe[0].value.set_index("method")
+    assert table.loc["Quantile Balancing, exact", "max/mean at last step"] < \
+        0.2 * table.loc["No balancing", "max/mean at last step"]
+    assert len(values(figs[1]["data"][0]["y"])) == 896                # one bar per expert
+    checks = at.dataframe[1].value.set_index("check")["max difference"]
+    assert checks.iloc[1] < 1e-12 < checks.iloc[2]                    # QB bias: identical weights
+    text = " ".join(m.value for m in at.markdown)
+    assert "steps" in text and "exact minimiser" in text
+
+
+def test_balance_page_live_source_and_bad_input():
+    at = open_page("pages/balance.py", {"src": "live", "n": "16", "k": "20", "m": "1024", "steps": "3",
+                                        "gamma": "-1", "view": "<b>x</b>"})
+    notes = " ".join(i.value for i in at.info)
+    assert "top-k" in notes.lower() or "Top-" in notes                 # k >= n: clamped with a message
+    assert "<b>" not in notes
+    assert not at.error
+    assert any("live model" in c.value for c in at.caption)
+
+
+def test_parallel_page_shards_and_real_run():
+    at = open_page("pages/parallel.py")
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["Experts per device"] == "112"
+    figs = figures(at)
+    assert np.array(figs[0]["data"][0]["z"]["bdata"] if isinstance(figs[0]["data"][0]["z"], dict)
+                    else figs[0]["data"][0]["z"]).size > 0
+    at.select_slider(key="ep_g").set_value(7).run()
+    assert {m.label: m.value for m in at.metric}["Experts per device"] == "128"
+    at.select_slider(key="ep_run_g").set_value(2).run()
+    at.button(key="ep_run").click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert at.success and "equals the single-process layer" in at.success[0].value
+    assert "Bytes sent, all ranks" in {m.label for m in at.metric}
+
+
+def test_parallel_page_bad_link():
+    at = open_page("pages/parallel.py", {"g": "5", "run_g": "64", "layer": "x"})
+    notes = " ".join(i.value for i in at.info)
+    assert "5" in notes and "64" in notes
+    assert at.select_slider(key="ep_g").value == 4                     # nearest divisor of 896
+    assert at.select_slider(key="ep_run_g").value == 8
