@@ -15,6 +15,7 @@ class PageSpec:
 
 PAGES = (
     PageSpec("pages/overview.py", "Overview", ":material/hub:", "overview", "Start here"),
+    PageSpec("pages/routing.py", "Routing explorer", ":material/grid_view:", "routing", "Routing"),
     PageSpec("pages/attention.py", "Hybrid attention & memory", ":material/memory:", "attention", "Attention"),
     PageSpec("pages/attnres.py", "Attention Residuals", ":material/stacks:", "attnres", "Attention"),
     PageSpec("pages/situ.py", "SiTU-GLU vs SwiGLU", ":material/show_chart:", "situ-glu", "Mixture of experts"),

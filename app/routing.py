@@ -1,0 +1,402 @@
+"""Data behind the Routing explorer: which of the 896 experts a token picks in each layer, and what
+changes when the routing is overridden. Pure functions of a forward's trace (no Streamlit), plus thin
+cached wrappers at the end for the page.
+
+assets/heldout_sample.txt was cut once (by hand-run Python, no script kept) from the validation split
+of the training corpus, model.corpus.split(model.corpus.documents())[1]: documents 12, 42, 57 and 96
+(docstrings with numbers), the first paragraphs of 115 (a reference-manual topic) and three functions
+of 116 and 118 (standard-library source). The live model never trained on it. Reading it at start-up
+from the corpus would cost ~5 s of document collection, so the sample ships as a small file.
+"""
+from __future__ import annotations
+
+import html
+import math
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import streamlit as st
+import torch
+
+from app.text import md_escape
+from model.accounting import count_params, glu
+from model.config import K3Config
+from model.k3 import K3Model, K3Output, RoutingOverride
+
+ASSETS = Path(__file__).resolve().parent.parent / "assets"
+HELDOUT_PATH = ASSETS / "heldout_sample.txt"
+
+# The grid: 32 rows of 28 experts, so each band of 4 rows is 112 experts, one of the 8 shards an
+# expert-parallel deployment over 8 devices would hold (896 = 8 x 112 = 8 x 4 x 28).
+GRID_COLS = 28
+N_SHARDS = 8
+MAX_TOP_K = 64             # the top-k slider's range is 1..MAX_TOP_K (and "dense" = every expert)
+MAX_LISTED = 64            # most experts a person can knock out or force through the URL
+HELDOUT_CHUNK = 128        # tokens per forward of the held-out sample (the live model's cap)
+SCOPES = {"from": "this layer and every later one", "only": "this layer only"}
+COLOURINGS = {"probability": "router probability of the token", "load": "load over the prompt"}
+
+
+# ---- the grid ------------------------------------------------------------------------------------
+
+def grid_position(expert: int, cols: int = GRID_COLS) -> tuple[int, int]:
+    """(row, column) of an expert in the grid: row-major, `cols` experts per row."""
+    return expert // cols, expert % cols
+
+
+def shard_of(expert: int, n_experts: int = 896, n_shards: int = N_SHARDS) -> int:
+    return expert // (n_experts // n_shards)
+
+
+def shard_labels(n_experts: int = 896, n_shards: int = N_SHARDS) -> list[str]:
+    size = n_experts // n_shards
+    return [f"shard {s}: experts {s * size}–{(s + 1) * size - 1}" for s in range(n_shards)]
+
+
+def expert_from_selection(event, n_experts: int = 896, cols: int = GRID_COLS) -> int | None:
+    """The expert a click on the grid chose, or None. `event` is what st.plotly_chart(on_select=...)
+    returns (or its session-state value): {"selection": {"points": [{...}, ...]}}. Each point carries
+    the expert id as customdata[0]; without it, x (column) and y (row) locate the cell. Points of
+    the overlays (shared experts carry negative ids) and anything malformed give None."""
+    try:
+        points = event["selection"]["points"]
+    except (KeyError, TypeError, AttributeError):
+        points = getattr(getattr(event, "selection", None), "points", None)
+    if not points:
+        return None
+    point = points[-1]
+    if not isinstance(point, Mapping):
+        return None
+    custom = point.get("customdata")
+    if isinstance(custom, (list, tuple)) and custom:
+        custom = custom[0]
+    candidate = None
+    if isinstance(custom, (int, float)) and not isinstance(custom, bool) and math.isfinite(custom):
+        candidate = int(custom)
+    elif isinstance(point.get("x"), (int, float)) and isinstance(point.get("y"), (int, float)):
+        x, y = point["x"], point["y"]
+        if float(x).is_integer() and float(y).is_integer() and 0 <= x < cols:
+            candidate = int(y) * cols + int(x)
+    if candidate is None or not 0 <= candidate < n_experts:
+        return None
+    return candidate
+
+
+# ---- re-routing settings ------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Rerouting:
+    """What the person changed about the routing, and where it applies (SCOPES)."""
+    top_k: int = 16
+    use_bias: bool = True
+    dense: bool = False                     # every expert that is not knocked out
+    knocked_out: tuple[int, ...] = ()
+    forced: tuple[int, ...] = ()
+    scope: str = "from"
+
+    def k(self, n_experts: int) -> int:
+        return n_experts - len(self.knocked_out) if self.dense else self.top_k
+
+    def override(self, cfg: K3Config) -> RoutingOverride | None:
+        """None when nothing differs from the model's own routing."""
+        k = self.k(cfg.n_routed_experts)
+        if k == cfg.top_k and self.use_bias and not self.knocked_out and not self.forced:
+            return None
+        return RoutingOverride(top_k=k, use_bias=self.use_bias, knocked_out=self.knocked_out,
+                               forced=self.forced)
+
+    def layers(self, layer: int, cfg: K3Config) -> list[int]:
+        """The MoE layers the override applies to when the person looks at `layer`."""
+        moe = cfg.moe_layers
+        if self.scope == "only":
+            return [layer] if layer in moe else []
+        return [m for m in moe if m >= layer]
+
+    def plan(self, layer: int, cfg: K3Config):
+        """(first layer to re-run, routing argument for model.resume), or None when nothing changes."""
+        ov, layers = self.override(cfg), self.layers(layer, cfg)
+        if ov is None or not layers:
+            return None
+        return layers[0], (ov if self.scope == "from" else {layers[0]: ov})
+
+    def applies_at(self, view_layer: int, layer: int, cfg: K3Config) -> RoutingOverride | None:
+        """The override MoE layer `layer` runs with while the person looks at `view_layer`."""
+        return self.override(cfg) if layer in self.layers(view_layer, cfg) else None
+
+
+def normalise(settings: Rerouting, cfg: K3Config) -> tuple[Rerouting, list[str]]:
+    """Make a Rerouting valid for the model (RoutingOverride.resolve would raise), saying what moved."""
+    E, notes = cfg.n_routed_experts, []
+    ko = tuple(sorted({int(e) for e in settings.knocked_out if 0 <= int(e) < E}))
+    forced = tuple(dict.fromkeys(int(e) for e in settings.forced if 0 <= int(e) < E))
+    clash = [e for e in forced if e in ko]
+    if clash:
+        notes.append(f"Expert{'s' if len(clash) > 1 else ''} {', '.join(map(str, clash))} cannot be both "
+                     "knocked out and forced: knocked out wins.")
+        forced = tuple(e for e in forced if e not in ko)
+    top_k = min(max(int(settings.top_k), 1), MAX_TOP_K)
+    s = replace(settings, top_k=top_k, knocked_out=ko, forced=forced,
+                scope=settings.scope if settings.scope in SCOPES else "from")
+    k = s.k(E)
+    if len(forced) > k:
+        notes.append(f"Only {k} experts are chosen per token, so only the first {k} forced experts are kept.")
+        s = replace(s, forced=forced[:k])
+    return s, notes
+
+
+def chosen_at(out: K3Output, layer: int, token: int) -> list[int]:
+    return [int(e) for e in out.trace.experts(layer)[0, token]]
+
+
+# ---- per-layer data ------------------------------------------------------------------------------
+
+def load_classes(load: np.ndarray) -> list[str]:
+    """'idle' for experts no token chose; otherwise thirds of the busiest expert's load."""
+    top = int(np.max(load)) if len(load) else 0
+    out = []
+    for n in np.asarray(load):
+        if n <= 0:
+            out.append("idle")
+        elif n > 2 * top / 3:
+            out.append("high")
+        elif n > top / 3:
+            out.append("mid")
+        else:
+            out.append("low")
+    return out
+
+
+def layer_grid(out: K3Output, layer: int, token: int, knocked: tuple[int, ...] = (),
+               forced: tuple[int, ...] = ()) -> pd.DataFrame:
+    """One row per routed expert at `layer` for the chosen token: its place in the grid, the router's
+    probability, the balancing bias the call used, the biased score that decides the choice, its
+    rank by that score, whether it was chosen (slot, weight) and how many prompt tokens chose it."""
+    tr = out.trace
+    prob = tr.scores(layer)[0, token].double().numpy()                   # [E]
+    bias = tr.bias(layer).double().numpy()                                # [E]
+    E = prob.shape[0]
+    biased = prob + bias
+    order = np.argsort(-biased, kind="stable")
+    rank = np.empty(E, dtype=int)
+    rank[order] = np.arange(1, E + 1)
+    idx = tr.experts(layer)[0, token].numpy()                             # [k]
+    w = tr.weights(layer)[0, token].double().numpy()                      # [k]
+    slot = np.full(E, -1)
+    slot[idx] = np.arange(len(idx))
+    weight = np.full(E, np.nan)
+    weight[idx] = w
+    load = np.bincount(tr.experts(layer)[0].reshape(-1).numpy(), minlength=E)
+    experts = np.arange(E)
+    status = np.where(slot >= 0, "chosen", "not chosen").astype(object)
+    status[list(knocked)] = "knocked out"
+    for e in forced:
+        status[e] = "forced"
+    return pd.DataFrame({
+        "expert": experts, "row": experts // GRID_COLS, "col": experts % GRID_COLS,
+        "shard": experts // (E // N_SHARDS), "prob": prob, "bias": bias, "biased": biased,
+        "rank": rank, "chosen": slot >= 0, "slot": slot, "weight": weight, "load": load,
+        "load_class": load_classes(load), "status": status,
+    })
+
+
+def changed_choices(base: K3Output, new: K3Output, token: int, from_layer: int) -> pd.DataFrame:
+    """Per MoE layer >= from_layer: how many of the token's original experts are no longer chosen
+    (dropped), how many new ones are (added), and the sizes of both sets."""
+    rows = []
+    for layer in sorted(l for l in base.trace.routes if l >= from_layer):
+        before = set(chosen_at(base, layer, token))
+        after = set(chosen_at(new, layer, token))
+        rows.append({"layer": layer, "dropped": len(before - after), "added": len(after - before),
+                     "k_before": len(before), "k_after": len(after)})
+    return pd.DataFrame(rows, columns=["layer", "dropped", "added", "k_before", "k_after"])
+
+
+def top_predictions(out: K3Output, token: int, pieces_of, n: int = 5) -> pd.DataFrame:
+    """The n most likely next tokens after position `token`, with probabilities."""
+    p = torch.softmax(out.logits[0, token].double(), dim=-1)
+    vals, ids = torch.topk(p, n)
+    ids = [int(i) for i in ids]
+    return pd.DataFrame({"rank": range(1, n + 1), "id": ids, "piece": pieces_of(ids),
+                         "prob": vals.numpy()})
+
+
+def fingerprint(out: K3Output, token: int) -> tuple[list[int], np.ndarray, np.ndarray]:
+    """(MoE layers, router probability [layers, E], chosen mask [layers, E]) of one token."""
+    layers = sorted(out.trace.routes)
+    probs = np.stack([out.trace.scores(l)[0, token].float().numpy() for l in layers])   # [L, E]
+    mask = np.zeros_like(probs, dtype=bool)
+    for i, l in enumerate(layers):
+        mask[i, out.trace.experts(l)[0, token].numpy()] = True
+    return layers, probs, mask
+
+
+def expert_on_prompt(out: K3Output, layer: int, expert: int, pieces: list[str], n: int = 8) -> pd.DataFrame:
+    """The prompt's tokens with the highest router probability for `expert` at `layer`."""
+    prob = out.trace.scores(layer)[0, :, expert].double().numpy()        # [T]
+    chosen = (out.trace.experts(layer)[0] == expert).any(-1).numpy()       # [T]
+    order = np.argsort(-prob, kind="stable")[:n]
+    return pd.DataFrame({"position": order, "token": [visible(pieces[i]) for i in order],
+                         "router probability": prob[order], "chose it": chosen[order]})
+
+
+# ---- the held-out sample --------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class HeldOut:
+    ids: tuple[int, ...]
+    layers: tuple[int, ...]                 # MoE layers, in order
+    top_pos: np.ndarray                     # [layers, E, keep] positions with the highest probability
+    top_prob: np.ndarray                    # [layers, E, keep]
+    top_chose: np.ndarray                   # [layers, E, keep] whether that token chose the expert
+    chosen_count: np.ndarray                # [layers, E] held-out tokens that chose the expert
+
+
+def heldout_summary(model: K3Model, ids: list[int], chunk: int = HELDOUT_CHUNK, keep: int = 8,
+                    batch: int = 4) -> HeldOut:
+    """Route the held-out tokens (base routing, no overrides) and keep, per layer and expert, the
+    `keep` tokens with the highest router probability. The text is cut into equal chunks of at most
+    `chunk` tokens (a few tail tokens are dropped) so that chunks can share a batch."""
+    n = -(-len(ids) // chunk)
+    size = len(ids) // n
+    ids = list(ids[: n * size])
+    rows = torch.tensor(ids).view(n, size)                                # [n, size]
+    layers = [i for i in range(model.cfg.num_layers) if model.cfg.is_moe(i)]
+    scores = {l: [] for l in layers}
+    chose = {l: [] for l in layers}
+    with torch.inference_mode():
+        for b in range(0, n, batch):
+            out = model(rows[b:b + batch], record=False, max_tokens=chunk)
+            for l in layers:
+                s = out.trace.scores(l).reshape(-1, out.trace.scores(l).shape[-1])   # [N, E]
+                idx = out.trace.experts(l).reshape(s.shape[0], -1)                     # [N, k]
+                scores[l].append(s)
+                chose[l].append(torch.zeros_like(s, dtype=torch.bool).scatter_(1, idx, True))
+            del out
+    pos, prob, flag, count = [], [], [], []
+    for l in layers:
+        s, c = torch.cat(scores[l]), torch.cat(chose[l])                  # [N, E]
+        v, p = torch.topk(s, min(keep, s.shape[0]), dim=0)                # [keep, E]
+        pos.append(p.T.numpy())
+        prob.append(v.T.float().numpy())
+        flag.append(c.gather(0, p).T.numpy())
+        count.append(c.sum(0).numpy())
+    return HeldOut(tuple(ids), tuple(layers), np.stack(pos), np.stack(prob), np.stack(flag), np.stack(count))
+
+
+def expert_on_heldout(h: HeldOut, layer: int, expert: int, pieces_of, context: int = 3) -> pd.DataFrame:
+    i = h.layers.index(layer)
+    rows = []
+    for p, pr, ch in zip(h.top_pos[i, expert], h.top_prob[i, expert], h.top_chose[i, expert]):
+        p = int(p)
+        before = "".join(pieces_of(list(h.ids[max(0, p - context):p])))
+        after = "".join(pieces_of(list(h.ids[p + 1:p + 1 + context])))
+        piece = pieces_of([h.ids[p]])[0]
+        rows.append({"token": visible(piece), "in context": f"…{visible(before)} [{visible(piece)}] {visible(after)}…",
+                     "router probability": float(pr), "chose it": bool(ch)})
+    return pd.DataFrame(rows)
+
+
+# ---- sparsity -------------------------------------------------------------------------------------
+
+def active_params(cfg: K3Config, ks: Mapping[int, int]) -> tuple[int, int]:
+    """(total, active per token) when MoE layer l routes each token to ks[l] experts (others: top_k).
+    The accounting of model/accounting.py with the idle experts of each layer recounted."""
+    p = count_params(cfg)
+    per_expert = glu(cfg.expert_width, cfg.expert_hidden)
+    extra = sum((k - cfg.top_k) * per_expert for l, k in ks.items() if cfg.is_moe(l))
+    return p.total, p.active + extra
+
+
+def sparsity(settings: Rerouting, layer: int, live_cfg: K3Config) -> dict:
+    """Numbers for the sparsity cards, for the live instance and at K3 scale, with the current k
+    applied where the settings apply it."""
+    E = live_cfg.n_routed_experts
+    k = settings.k(E)
+    layers = settings.layers(layer, live_cfg) if settings.override(live_cfg) else []
+    ks = {l: k for l in layers}
+    full = K3Config.full()
+    live_total, live_active = active_params(live_cfg, ks)
+    full_total, full_active = active_params(full, ks)
+    moe = live_cfg.n_routed_experts * glu(live_cfg.expert_width, live_cfg.expert_hidden)
+    shared = glu(live_cfg.d_model, live_cfg.n_shared_experts * live_cfg.shared_hidden)
+    moe_full = full.n_routed_experts * glu(full.expert_width, full.expert_hidden)
+    shared_full = glu(full.d_model, full.n_shared_experts * full.shared_hidden)
+    return {
+        "k": k, "experts": E, "routed_share": k / E, "sparsity": E / k, "layers": len(layers),
+        # one MoE layer at this k: routed + shared expert weights a token uses / all expert weights
+        "expert_share_live": (k * moe / E + shared) / (moe + shared),
+        "expert_share_full": (k * moe_full / full.n_routed_experts + shared_full) / (moe_full + shared_full),
+        "live_total": live_total, "live_active": live_active,
+        "full_total": full_total, "full_active": full_active,
+    }
+
+
+# ---- safe display of token pieces ------------------------------------------------------------------
+
+_VISIBLE = {" ": "␣", "\n": "↵", "\t": "⇥", "\r": "␍"}
+
+
+def visible(piece: str) -> str:
+    """A token piece with whitespace and invisible characters made visible (for tables and plots)."""
+    if piece == "":
+        return "∅"
+    out = []
+    for ch in piece:
+        if ch in _VISIBLE:
+            out.append(_VISIBLE[ch])
+        elif not ch.isprintable():
+            out.append(f"⟨U+{ord(ch):04X}⟩")
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+def chip_label(piece: str, limit: int = 24) -> str:
+    """Label of a token chip: visible whitespace, then escaped, since chip labels render Markdown."""
+    return md_escape(visible(piece), limit)
+
+
+def plot_label(piece: str, limit: int = 24) -> str:
+    """Label for plotly text, which interprets a few HTML tags and entities: escape them."""
+    text = visible(piece)
+    text = text if len(text) <= limit else text[:limit] + "…"
+    return html.escape(text)
+
+
+# ---- cached wrappers for the page (the only Streamlit here) ---------------------------------------
+
+_lock = threading.Lock()
+
+
+def rerouted(ids, layer: int, settings: Rerouting) -> K3Output | None:
+    """The live model re-run with the settings from the first layer they touch (model.resume reuses
+    every earlier layer of the cached base forward); None when the settings change nothing."""
+    from app.live import live
+    plan = settings.plan(layer, live().model.cfg)
+    if plan is None:
+        return None
+    start, routing = plan
+    key = ("from", routing) if isinstance(routing, RoutingOverride) else ("only", start, routing[start])
+    return _resume(tuple(ids), start, key)
+
+
+@st.cache_resource(max_entries=8, show_spinner=False)   # ~40 MB each at 128 tokens
+def _resume(ids: tuple[int, ...], start: int, key: tuple) -> K3Output:
+    from app.live import forward, live
+    base = forward(ids)
+    routing = key[1] if key[0] == "from" else {key[1]: key[2]}
+    with _lock, torch.inference_mode():
+        return live().model.resume(base, start, routing=routing)
+
+
+@st.cache_resource(show_spinner=False)
+def heldout() -> HeldOut:
+    from app.live import live
+    lv = live()
+    ids = lv.tokenizer.encode(HELDOUT_PATH.read_text(encoding="utf-8"))
+    with _lock:
+        return heldout_summary(lv.model, ids)

@@ -1,0 +1,279 @@
+"""Routing explorer data and charts, without Streamlit: grid geometry, click mapping, re-routing plans,
+changed-choice counts, fingerprints, held-out summaries, sparsity, URL parsing, safe labels."""
+import base64
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from app import routing as rt
+from app import routing_state as rs
+from app.charts.routing import grid_figure
+from model.accounting import count_params
+from model.config import K3Config
+from model.k3 import K3Model, K3Output, RoutingOverride, Trace
+from model.moe import RouteInfo, route
+
+FULL = K3Config.full()
+TINY = K3Config.tiny()
+
+
+def arr(v):
+    """A plotly array as numpy, whether plain or binary-encoded ({"dtype", "bdata"})."""
+    if isinstance(v, dict) and "bdata" in v:
+        a = np.frombuffer(base64.b64decode(v["bdata"]), dtype=np.dtype(v["dtype"]))
+        return a.reshape([int(n) for n in str(v["shape"]).split(",")]) if "shape" in v else a
+    return np.asarray(v)
+
+
+def spec(fig) -> dict:
+    """The figure as the browser (and AppTest) receives it."""
+    return json.loads(fig.to_json())
+
+
+@pytest.fixture(scope="module")
+def micro():
+    torch.manual_seed(0)
+    model = K3Model(K3Config.micro()).eval().requires_grad_(False)
+    with torch.inference_mode():
+        base = model(torch.randint(0, 64, (1, 10)))
+    return model, base
+
+
+def fake_output(E=896, T=3, k=16, override=None, seed=0) -> K3Output:
+    """One routed layer (layer 1) with E experts, routed by the real router function."""
+    g = torch.Generator().manual_seed(seed)
+    scores = torch.rand(1, T, E, generator=g)
+    bias = (torch.rand(E, generator=g) - 0.5) * 0.1
+    idx, w, cut = route(scores, bias, k, override)
+    trace = Trace(num_layers=2)
+    trace.routes[1] = RouteInfo(scores, idx, w, cut)
+    trace.biases[1] = bias
+    return K3Output(torch.zeros(1, T, 8), trace, None)
+
+
+# ---- grid geometry and clicks --------------------------------------------------------------------
+
+def test_shards_are_bands_of_four_rows():
+    labels = rt.shard_labels()
+    assert len(labels) == 8
+    assert labels[0] == "shard 0: experts 0–111" and labels[7] == "shard 7: experts 784–895"
+    for s in range(8):
+        members = [e for e in range(896) if rt.shard_of(e) == s]
+        assert len(members) == 112
+        assert {rt.grid_position(e)[0] for e in members} == {4 * s, 4 * s + 1, 4 * s + 2, 4 * s + 3}
+    assert {rt.grid_position(e) for e in range(896)} == {(r, c) for r in range(32) for c in range(28)}
+
+
+def point(**kw):
+    return {"selection": {"points": [kw], "point_indices": [0], "box": [], "lasso": []}}
+
+
+def test_selection_event_maps_to_expert():
+    assert rt.expert_from_selection(point(curve_number=1, point_index=300, customdata=[300, 2, 0.5])) == 300
+    assert rt.expert_from_selection(point(x=3, y=2)) == 2 * 28 + 3            # no customdata: from the cell
+    assert rt.expert_from_selection(point(customdata=[-1], x=29.4, y=16)) is None   # a shared expert
+    assert rt.expert_from_selection(point(customdata=[896])) is None
+    assert rt.expert_from_selection(point(x=28, y=0)) is None                 # beside the grid
+    assert rt.expert_from_selection(point(x=2.5, y=1)) is None
+    for empty in (None, {}, {"selection": {"points": []}}, {"selection": None}, "junk", point()):
+        assert rt.expert_from_selection(empty) is None
+
+    class Attr:  # Streamlit's PlotlySelectionState also reads by attribute
+        selection = type("S", (), {"points": [{"customdata": [7]}]})()
+    assert rt.expert_from_selection(Attr()) == 7
+    # the last point wins when several are selected
+    ev = {"selection": {"points": [{"customdata": [1]}, {"customdata": [2]}]}}
+    assert rt.expert_from_selection(ev) == 2
+
+
+def test_every_grid_marker_maps_back_to_its_expert():
+    out = fake_output()
+    fig = spec(grid_figure(rt.layer_grid(out, 1, 0)))
+    trace = next(t for t in fig["data"] if t.get("name") == "routed experts")
+    xs, ys = arr(trace["x"]), arr(trace["y"])
+    custom = arr(trace["customdata"])
+    assert len(xs) == 896
+    for i in range(896):
+        assert rt.expert_from_selection(point(point_index=i, customdata=list(custom[i]))) == i
+        assert rt.expert_from_selection(point(x=float(xs[i]), y=float(ys[i]))) == i
+
+
+# ---- the per-layer grid ----------------------------------------------------------------------------
+
+def test_grid_outlines_exactly_the_chosen_experts():
+    ov = RoutingOverride(top_k=16, knocked_out=(3, 4, 5), forced=(9,))
+    out = fake_output(override=ov)
+    grid = rt.layer_grid(out, 1, 0, knocked=ov.knocked_out, forced=ov.forced)
+    chosen = set(out.trace.experts(1)[0, 0].tolist())
+    assert set(grid.loc[grid["chosen"], "expert"]) == chosen and len(chosen) == 16
+    assert grid.loc[9, "status"] == "forced" and grid.loc[9, "slot"] == 0
+    assert (grid.loc[[3, 4, 5], "status"] == "knocked out").all()
+    assert np.isclose(grid["weight"].sum(), 1.0)
+    # free slots go to the best biased scores among the experts that may compete
+    free = grid[~grid["expert"].isin([3, 4, 5, 9])].sort_values("biased", ascending=False)
+    assert set(free["expert"][:15]) == chosen - {9}
+    fig = spec(grid_figure(grid, selected=9))
+    trace = next(t for t in fig["data"] if t.get("name") == "routed experts")
+    widths = arr(trace["marker"]["line"]["width"])
+    assert len(widths) == 896 and set(np.nonzero(widths)[0]) == chosen
+    assert not widths[[3, 4, 5]].any()
+    overlay = next(t for t in fig["data"] if str(t.get("name", "")).startswith("chosen for this token"))
+    assert len(arr(overlay["x"])) == 16
+
+
+def test_load_classes_are_thirds_of_the_busiest():
+    assert rt.load_classes(np.array([0, 1, 2, 3, 4, 5, 6])) == ["idle", "low", "low", "mid", "mid", "high", "high"]
+    assert rt.load_classes(np.array([0, 0])) == ["idle", "idle"]
+    assert rt.load_classes(np.array([1, 0])) == ["high", "idle"]
+    out = fake_output(T=5)
+    grid = rt.layer_grid(out, 1, 0)
+    assert grid["load"].sum() == 5 * 16                  # every (token, slot) pair lands on one expert
+
+
+# ---- re-routing plans -------------------------------------------------------------------------------
+
+def test_plans_resume_from_the_first_touched_layer():
+    default = rt.Rerouting()
+    assert default.override(TINY) is None and default.plan(46, TINY) is None
+    s = rt.Rerouting(top_k=4)
+    start, routing = s.plan(46, TINY)
+    assert start == 46 and routing == RoutingOverride(top_k=4)
+    assert s.plan(0, TINY)[0] == 1                        # layer 0 is dense: start at the first MoE layer
+    only = rt.Rerouting(top_k=4, scope="only")
+    assert only.plan(46, TINY) == (46, {46: RoutingOverride(top_k=4)})
+    assert only.plan(0, TINY) is None
+    assert only.applies_at(46, 47, TINY) is None and s.applies_at(46, 47, TINY) is not None
+    dense = rt.Rerouting(dense=True, knocked_out=(1, 2))
+    assert dense.k(896) == 894 and dense.override(TINY).top_k == 894
+    dense.override(TINY).resolve(896, 16)                 # valid for the model
+
+
+def test_normalise_fixes_what_the_model_would_reject():
+    s, notes = rt.normalise(rt.Rerouting(top_k=2, knocked_out=(5, 900, 5), forced=(5, 6, 7, 8)), TINY)
+    assert s.knocked_out == (5,) and s.forced == (6, 7) and len(notes) == 2
+    s.override(TINY).resolve(896, 16)
+    s, notes = rt.normalise(rt.Rerouting(top_k=500, scope="sideways"), TINY)
+    assert s.top_k == rt.MAX_TOP_K and s.scope == "from" and not notes
+
+
+# ---- what changed -----------------------------------------------------------------------------------
+
+def test_changed_choices_match_an_independent_count(micro):
+    model, base = micro
+    with torch.inference_mode():
+        new = model.resume(base, 2, routing={2: RoutingOverride(top_k=2, knocked_out=(0, 1))})
+    token = 7
+    df = rt.changed_choices(base, new, token, 2)
+    assert list(df["layer"]) == [2, 3, 4, 5]
+    for row in df.itertuples():
+        before = base.trace.routes[row.layer].indices[0, token].tolist()
+        after = new.trace.routes[row.layer].indices[0, token].tolist()
+        assert row.dropped == sum(1 for e in before if e not in after)
+        assert row.added == sum(1 for e in after if e not in before)
+        assert (row.k_before, row.k_after) == (len(before), len(after))
+    assert df.loc[df["layer"] == 2, "k_after"].item() == 2
+    assert df.loc[df["layer"] == 2, "dropped"].item() >= 2
+    same = rt.changed_choices(base, base, token, 1)
+    assert (same[["dropped", "added"]] == 0).all().all()
+
+
+def test_fingerprint_shape_and_marks(micro):
+    model, base = micro
+    with torch.inference_mode():
+        new = model.resume(base, 3, routing=RoutingOverride(top_k=2))
+    layers, probs, mask = rt.fingerprint(new, 4)
+    assert layers == [1, 2, 3, 4, 5]
+    assert probs.shape == mask.shape == (5, 16)
+    assert list(mask.sum(1)) == [4, 4, 2, 2, 2]
+    for i, layer in enumerate(layers):
+        assert set(np.nonzero(mask[i])[0]) == set(new.trace.experts(layer)[0, 4].tolist())
+        assert np.allclose(probs[i], new.trace.scores(layer)[0, 4].numpy())
+
+
+def test_fingerprint_of_the_live_shape():
+    out = fake_output()
+    layers, probs, mask = rt.fingerprint(out, 2)
+    assert probs.shape == (1, 896) and mask.sum() == 16
+
+
+def test_top_predictions_are_sorted_probabilities(micro):
+    _, base = micro
+    df = rt.top_predictions(base, 3, lambda ids: [f"<{i}>" for i in ids])
+    assert list(df["rank"]) == [1, 2, 3, 4, 5]
+    assert (np.diff(df["prob"]) <= 0).all() and df["prob"].sum() <= 1
+    assert df["id"][0] == int(base.logits[0, 3].argmax())
+
+
+def test_expert_tables(micro):
+    model, base = micro
+    pieces = [f"t{i}" for i in range(10)]
+    df = rt.expert_on_prompt(base, 2, 5, pieces, n=4)
+    col = base.trace.scores(2)[0, :, 5].numpy()
+    assert list(df["position"]) == list(np.argsort(-col, kind="stable")[:4])
+    ids = list(range(3, 63)) * 2                              # 120 tokens
+    h = rt.heldout_summary(model, ids, chunk=32, keep=3, batch=2)
+    assert len(h.ids) == 120 and h.layers == (1, 2, 3, 4, 5)
+    assert h.top_pos.shape == h.top_prob.shape == h.top_chose.shape == (5, 16, 3)
+    assert (np.diff(h.top_prob, axis=2) <= 0).all()
+    assert (h.chosen_count.sum(1) == 120 * 4).all()           # each token chose 4 experts per layer
+    table = rt.expert_on_heldout(h, 3, 7, lambda ids: [f"<{i}>" for i in ids])
+    assert len(table) == 3 and table["in context"][0].count("[") == 1
+
+
+# ---- sparsity ----------------------------------------------------------------------------------------
+
+def test_active_params_follow_k():
+    for cfg in (FULL, TINY):
+        p = count_params(cfg)
+        assert rt.active_params(cfg, {}) == (p.total, p.active)
+        assert rt.active_params(cfg, {l: cfg.top_k for l in cfg.moe_layers})[1] == p.active
+        dense = rt.active_params(cfg, {l: cfg.n_routed_experts for l in cfg.moe_layers})[1]
+        assert dense == p.total - cfg.vocab_size * cfg.d_model        # everything but the embedding lookup
+    assert round(rt.active_params(FULL, {})[1] / 1e9, 1) == 104.2
+    sp = rt.sparsity(rt.Rerouting(top_k=8), 46, TINY)
+    assert sp["k"] == 8 and sp["layers"] == 47 and math.isclose(sp["sparsity"], 112)
+    assert sp["full_active"] < rt.active_params(FULL, {})[1]
+    assert rt.sparsity(rt.Rerouting(), 46, TINY)["layers"] == 0
+
+
+# ---- the URL ----------------------------------------------------------------------------------------
+
+def test_url_params_clamp_and_ignore_with_notices():
+    vals, notes = rs.parse_params({"layer": "500", "token": "-3", "k": "0", "ko": "5,abc,9999,5",
+                                   "bias": "maybe", "scope": "<script>x</script>", "expert": "12"}, TINY)
+    assert vals["layer"] == 92 and vals["k"] == 1 and vals["ko"] == [5] and vals["expert"] == 12
+    assert vals["token"] == -3 and "bias" not in vals and "scope" not in vals
+    text = " ".join(notes)
+    assert "layer 500" in text and "showing 92" in text and "top-k 0" in text
+    assert "abc" in text and "9999" in text and "maybe" in text
+    assert "<script>" not in text                      # shown escaped, as text
+    assert rs.clamp_token(-3, 27) == (0, rs.clamp_token(-3, 27)[1]) and "token -3" in rs.clamp_token(-3, 27)[1]
+    assert rs.clamp_token(40, 27)[0] == 26 and rs.clamp_token(None, 27) == (26, None)
+    vals, notes = rs.parse_params({"layer": "abc", "preset": "nope"}, TINY)
+    assert vals == {} and len(notes) == 2
+
+
+def test_url_round_trip():
+    s = rt.Rerouting(top_k=5, use_bias=False, dense=False, knocked_out=(3, 40), forced=(7,), scope="only")
+    view = {"preset": rs.OWN_TEXT, "text": "hi <b>there</b>", "token": 3, "layer": 12, "settings": s,
+            "colour": "load", "expert": 40}
+    vals, notes = rs.parse_params(rs.to_params(view), TINY)
+    assert not notes
+    assert vals == {"preset": rs.OWN_TEXT, "text": "hi <b>there</b>", "token": 3, "layer": 12, "k": 5,
+                    "bias": False, "ko": [3, 40], "force": [7], "scope": "only", "colour": "load", "expert": 40}
+    short = rs.to_params({"preset": "Prose", "text": "", "token": 0, "layer": 46, "settings": rt.Rerouting()})
+    assert short == {"layer": "46", "token": "0", "preset": "prose"}
+
+
+# ---- labels -----------------------------------------------------------------------------------------
+
+def test_labels_make_whitespace_visible_and_markup_inert():
+    assert rt.visible(" the") == "␣the" and rt.visible("\n") == "↵" and rt.visible("") == "∅"
+    assert rt.visible("\u202e") == "⟨U+202E⟩"
+    assert rt.chip_label("<script>") == r"\<script\>"
+    assert rt.plot_label("<b>x</b>") == "&lt;b&gt;x&lt;/b&gt;"
+    labels = [rt.chip_label(p) for p in (" ", "\n", "\t", "  ")]
+    assert all(labels) and len(set(labels)) == 4

@@ -1,0 +1,137 @@
+"""AppTest of the Routing explorer page: the grid, the re-routing controls, layer 0, bad prompts and bad
+links. Each run forwards the live model, so the tests are few and each checks several things."""
+import base64
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from streamlit.testing.v1 import AppTest
+
+ROOT = Path(__file__).resolve().parent.parent
+PAGE = "pages/routing.py"
+
+
+def arr(v):
+    if isinstance(v, dict) and "bdata" in v:
+        return np.frombuffer(base64.b64decode(v["bdata"]), dtype=np.dtype(v["dtype"]))
+    return np.asarray(v)
+
+
+def open_page(**params) -> AppTest:
+    at = AppTest.from_file(str(ROOT / "streamlit_app.py"), default_timeout=300)
+    at.run()
+    for k, v in params.items():
+        at.query_params[k] = v
+    at.switch_page(PAGE).run()
+    ok(at)
+    return at
+
+
+def ok(at):
+    assert not at.exception, [e.value for e in at.exception]
+    assert not at.error, [e.value for e in at.error]
+
+
+def chart(at, name):
+    for el in at.get("plotly_chart"):
+        fig = json.loads(el.proto.spec)
+        if fig["layout"].get("meta", {}).get("chart") == name:
+            return fig
+    return None
+
+
+def outlined(at) -> set[int]:
+    """Experts whose square is outlined in the grid (the chosen experts of the token)."""
+    fig = chart(at, "routing_grid")
+    trace = next(t for t in fig["data"] if t.get("name") == "routed experts")
+    assert len(arr(trace["x"])) == 896 and len(arr(trace["y"])) == 896
+    widths = arr(trace["marker"]["line"]["width"])
+    assert len(widths) == 896
+    return set(np.nonzero(widths)[0].tolist())
+
+
+def infos(at) -> str:
+    return " ".join(i.value for i in at.info)
+
+
+def test_grid_outlines_k_experts_and_top_k_changes_k():
+    at = open_page()
+    assert len(outlined(at)) == 16
+    assert at.slider(key="routing_layer").value == 46
+    assert chart(at, "routing_fingerprint") is not None and chart(at, "routing_predictions") is not None
+    at.slider(key="routing_k").set_value(5).run()
+    ok(at)
+    assert len(outlined(at)) == 5
+    assert at.query_params["k"] == "5"
+    changed = chart(at, "routing_changed")                 # the re-routing now shows its effect
+    assert changed is not None and arr(changed["data"][0]["x"])[0] == 46
+    at.toggle(key="routing_dense").set_value(True).run()
+    ok(at)
+    assert len(outlined(at)) == 896
+    assert "896 of 896" in " ".join(m.value for m in at.metric)
+
+
+def test_knocked_out_expert_is_never_outlined():
+    at = open_page(token="4")
+    before = outlined(at)
+    victim = at.selectbox(key="routing_expert").value       # the panel opens on the token's first expert
+    assert victim in before
+    at.button(key="routing_knock").click().run()            # "Knock out" in the expert panel
+    ok(at)
+    assert at.multiselect(key="routing_ko").value == [victim]
+    after = outlined(at)
+    assert victim not in after and len(after) == 16
+    other = sorted(after)[:2]
+    at.multiselect(key="routing_ko").set_value([victim, *other]).run()
+    ok(at)
+    after = outlined(at)
+    assert not after & {victim, *other} and len(after) == 16
+    assert at.query_params["ko"] == ",".join(map(str, sorted([victim, *other])))
+
+
+def test_layer_zero_says_it_is_dense():
+    at = open_page(layer="0")
+    assert "Layer 0 is dense" in infos(at)
+    assert chart(at, "routing_grid") is None
+
+
+@pytest.mark.parametrize("params, expected", [
+    ({"layer": "500", "token": "-3"}, ["layer 500", "showing 92", "token -3", "showing token 0"]),
+    ({"layer": "abc", "k": "999", "ko": "5,<b>x</b>", "junk": "1"}, ["not a whole number", "top-k 999",
+                                                                     "ignored link parameters"]),
+])
+def test_bad_links_clamp_with_a_notice(params, expected):
+    at = open_page(**params)
+    text = infos(at)
+    for phrase in expected:
+        assert phrase in text, (phrase, text)
+    assert "<b>" not in text
+    if params.get("layer") == "500":
+        assert at.slider(key="routing_layer").value == 92 and at.pills(key="routing_token").value == 0
+        assert at.query_params["layer"] == "92" and at.query_params["token"] == "0"
+    else:
+        assert at.slider(key="routing_k").value == 64 and at.multiselect(key="routing_ko").value == [5]
+        assert "junk" not in at.query_params
+
+
+def test_bad_prompts_give_a_message_not_a_traceback():
+    at = open_page()
+    at.segmented_control(key="prompt_preset").set_value("Your own text").run()
+    box = "prompt_text_Your own text"
+    for text in ("", "   \n  "):
+        at.text_area(key=box).input(text).run()
+        ok(at)
+        assert "empty" in infos(at) and chart(at, "routing_grid") is None
+    for text in ("x" * 100_000, "🙂🙃 emoji 👍🏽", "مرحبا بالعالم", "<script>alert(1)</script>"):
+        at.text_area(key=box).input(text).run()
+        ok(at)
+        assert chart(at, "routing_grid") is not None
+        tokens = at.pills(key="routing_token")
+        assert tokens.value == len(tokens.options) - 1          # the last token is chosen
+        if text.startswith("x"):
+            assert any("cut" in c.value for c in at.caption)
+        if text.startswith("<script>"):
+            assert at.query_params["preset"] == "own" and at.query_params["text"] == text
+            labels = "".join(tokens.options)
+            assert "<" in labels and "<" not in labels.replace("\\<", "")   # markup shown as text
