@@ -42,12 +42,13 @@ if token is None:                                # the chip was clicked again: s
 st.session_state["routing_token_last"] = token
 piece = prompt.pieces[token]
 
-c_layer, c_prev, c_next, c_play, c_colour = st.columns([10, 1, 1, 2, 4], vertical_alignment="bottom")
-with c_layer:
-    layer = st.slider("Layer", 0, LAST, key=rs.K_LAYER,
-                      help="0 is the dense layer; 1–92 are mixture-of-experts layers")
-c_prev.button("◀", key="routing_prev", help="previous layer", on_click=rs.step_layer, args=(-1, LAST))
-c_next.button("▶", key="routing_next", help="next layer", on_click=rs.step_layer, args=(1, LAST))
+layer = st.slider("Layer", 0, LAST, key=rs.K_LAYER,
+                  help="0 is the dense layer; 1–92 are mixture-of-experts layers")
+c_prev, c_next, c_play, c_colour = st.columns([2, 2, 2, 5], vertical_alignment="bottom")
+c_prev.button("Back", icon=":material/chevron_left:", key="routing_prev", help="previous layer",
+              on_click=rs.step_layer, args=(-1, LAST), width="stretch")
+c_next.button("Next", icon=":material/chevron_right:", key="routing_next", help="next layer",
+              on_click=rs.step_layer, args=(1, LAST), width="stretch")
 c_play.toggle("Play", key=rs.K_PLAY, on_change=rs.on_play, args=(LAST,),
               help="step the token through the layers, about one per second")
 with c_colour:
@@ -117,7 +118,7 @@ with left:
 with right:
     sp = rt.sparsity(settings, layer, cfg)
     st.markdown("**Sparsity with these settings** (computed by the parameter accounting)")
-    m1, m2 = st.columns(2)
+    m1 = m2 = st.container()
     m1.metric("Experts per token", f"{sp['k']} of {E}", help="routed experts a token visits in one layer")
     m1.caption(f"{sp['routed_share']:.1%} of the routed experts: sparsity {sp['sparsity']:.1f}x")
     m2.metric("Expert weights used", f"{sp['expert_share_live']:.1%}",

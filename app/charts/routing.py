@@ -96,7 +96,7 @@ def grid_figure(grid: pd.DataFrame, colour_by: str = "probability", selected: in
                 fig.add_trace(go.Scatter(
                     x=[None], y=[None], mode="markers", name=f"{cls}: {span} token{'' if hi == 1 else 's'}",
                     marker=dict(symbol="square", size=12, color=LOAD_COLOURS[cls])))
-    x0, x1, y0, y1 = -6.2, GRID_COLS + 2.6, rows - 0.35, -0.75
+    x0, x1, y0, y1 = -7.4, GRID_COLS + 2.6, rows - 0.35, -0.75
     top, bottom, right = 36, 84, 74
     fig.update_xaxes(range=[x0, x1], visible=False, fixedrange=True)
     fig.update_yaxes(range=[y0, y1], visible=False, fixedrange=True, scaleanchor="x", scaleratio=1)
