@@ -104,7 +104,7 @@ def greedy(model: K3Model, tok: Tokenizer, prompt: str, n: int = 40) -> str:
     return tok.decode(gen)
 
 
-def main(n_tokens: int = 4096):
+def main(n_tokens: int = 16384):
     from model.train import token_arrays
     t0 = time.time()
     model, tok = load_pretrained()
