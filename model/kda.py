@@ -53,7 +53,10 @@ def kda_recurrent(q, k, v, g, beta, scale=None, initial_state=None):
 
 @functools.lru_cache(maxsize=16)
 def _above_diagonal(C: int, device: torch.device) -> torch.Tensor:
-    return torch.ones(C, C, dtype=torch.bool, device=device).triu(1)[:, :, None]   # [C(i), C(j), 1]
+    # cached across calls, so never create it as an inference tensor: a mask made inside
+    # torch.inference_mode (the app) could not be saved for backward later (training, tests)
+    with torch.inference_mode(False):
+        return torch.ones(C, C, dtype=torch.bool, device=device).triu(1)[:, :, None]   # [C(i), C(j), 1]
 
 
 def kda_chunked(q, k, v, g, beta, scale=None, initial_state=None, chunk_size=64):
