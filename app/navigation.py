@@ -21,5 +21,8 @@ PAGES = (
     PageSpec("pages/situ.py", "SiTU-GLU vs SwiGLU", ":material/show_chart:", "situ-glu", "Mixture of experts"),
     PageSpec("pages/balance.py", "Load balancing lab", ":material/balance:", "balance", "Mixture of experts"),
     PageSpec("pages/parallel.py", "Expert parallelism", ":material/lan:", "parallel", "Mixture of experts"),
+    PageSpec("pages/quant.py", "Quantization lab", ":material/grain:", "quantization", "Precision & cost"),
+    PageSpec("pages/moa.py", "MoE vs Mixture of Agents", ":material/groups:", "moe-vs-moa", "Precision & cost"),
+    PageSpec("pages/claims.py", "Claims", ":material/fact_check:", "claims", "Precision & cost"),
     PageSpec("pages/model_card.py", "Model card", ":material/badge:", "model-card", "About"),
 )

@@ -91,6 +91,15 @@ def _fake_quant(x: torch.Tensor, fmt: str, block: int, per_row: bool) -> torch.T
     return out.reshape(x.shape).to(x.dtype)
 
 
+def block_scale_exponents(x: torch.Tensor, fmt: str, block: int = 32) -> torch.Tensor:
+    """E of every block's shared scale X = 2^E (the E8M0 byte minus 127), int64 [n_blocks], for the
+    blocks of the row-major flattening that mx_fake_quant uses (for the Quantization lab)."""
+    if fmt not in FORMATS:
+        raise ValueError(f"unknown MX element format {fmt!r}; use one of {sorted(FORMATS)}")
+    _, scale_exp = _quantise_blocks(_blocks(x, block, per_row=False), fmt)
+    return scale_exp.reshape(-1).to(torch.int64)
+
+
 class _StraightThrough(torch.autograd.Function):
     # Forward: the quantised value. Backward: identity (straight-through estimator), the K3 recipe.
     @staticmethod

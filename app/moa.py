@@ -1,0 +1,155 @@
+"""Data behind the MoE vs Mixture of Agents page (APP.md page 9): the cost model of model/cost.py turned
+into tables for the charts, its assumptions as sentences, and the qualitative comparison tied to the
+numbers. Pure functions; no Streamlit here."""
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import pandas as pd
+
+from app.attention import fmt_bytes, fmt_tokens
+from model import cost
+from model.accounting import count_params
+from model.config import K3Config
+
+CONTEXTS = [2 ** k for k in range(10, 21)]                  # 1K .. 1M tokens of prompt
+OUTPUTS = [2 ** k for k in range(4, 14)]                    # 16 .. 8,192 answer tokens
+N_AGENTS = list(range(1, 65))
+BANDWIDTHS = [round(0.1 * i, 1) for i in range(5, 201)]     # 0.5 .. 20.0 TB/s
+PRECISIONS = {"bf16": 16.0, "fp8": 8.0, "mxfp4": 4.25}
+PRECISION_NAMES = {"bf16": "bf16", "fp8": "FP8", "mxfp4": "MXFP4"}
+DEFAULTS = {"n": 8, "context": 32_768, "output": 1_024, "bw": 4.8, "prec": "bf16"}
+MOA_SOURCE = "Wang et al. 2024, Mixture-of-Agents, arXiv 2406.04692"
+
+
+def size_bounds(cfg: K3Config | None = None) -> tuple[int, int]:
+    """Agent sizes the page allows, in billions: from K3's attention stack + embeddings (what every agent
+    carries before any FFN) to K3's total."""
+    cfg = cfg or K3Config.full()
+    return math.ceil(cost.attention_core(cfg) / 1e9), math.ceil(count_params(cfg).total / 1e9)
+
+
+def matched_size(n: int, cfg: K3Config | None = None) -> int:
+    """Agent size (billions) whose N copies hold K3's total parameters, kept inside the allowed range."""
+    lo, hi = size_bounds(cfg)
+    return int(min(max(round(count_params(cfg or K3Config.full()).total / 1e9 / n), lo), hi))
+
+
+def scenario(n: int, size_b: float, context: int, output: int, bw_tbs: float, prec: str) -> cost.Scenario:
+    accel = replace(cost.H200, bandwidth=bw_tbs * 1e12,
+                    name=cost.H200.name if abs(bw_tbs - 4.8) < 1e-9 else f"an accelerator with {bw_tbs:g} TB/s")
+    return cost.Scenario(n_agents=n, agent_params=size_b * 1e9, context=context, output=output,
+                         agent_bits=PRECISIONS[prec], accel=accel)
+
+
+def cost_table(s: cost.Scenario) -> tuple[pd.DataFrame, cost.Cost, cost.Cost]:
+    """(one row per cost with K3, MoA and MoA / K3; K3's Cost; the MoA's Cost)."""
+    k, m = cost.k3_cost(s), cost.moa_cost(s)
+    rows = [
+        ("FLOPs per answer token", k.flops_per_token, m.flops_per_token, "FLOPs", "derived"),
+        ("Peak cache memory", k.cache_bytes, m.cache_bytes, "bytes", "derived"),
+        ("Time to the full answer", k.seconds, m.seconds, "seconds", "derived (roofline)"),
+        ("Weight memory", k.weight_bytes, m.weight_bytes, "bytes", "derived"),
+    ]
+    df = pd.DataFrame(rows, columns=["cost", "K3", "MoA", "unit", "origin"])
+    df["ratio"] = df["MoA"] / df["K3"]
+    return df, k, m
+
+
+def show(value: float, unit: str) -> str:
+    if unit == "bytes":
+        return fmt_bytes(value)
+    if unit == "seconds":
+        return f"{value * 1e3:,.1f} ms" if value < 1 else f"{value:,.1f} s"
+    if unit == "FLOPs":
+        for scale, name in ((1e15, "PFLOP"), (1e12, "TFLOP"), (1e9, "GFLOP")):
+            if value >= scale:
+                return f"{value / scale:,.1f} {name}"
+    return f"{value:,.3g}"
+
+
+def context_sweep(s: cost.Scenario) -> pd.DataFrame:
+    """MoA / K3 ratios at every context of the slider, all else as chosen."""
+    rows = []
+    for T in CONTEXTS:
+        r = cost.ratios(replace(s, context=T))
+        rows.append({"context": T, "FLOPs per answer token": r["flops"], "peak cache": r["cache"],
+                     "time to the answer": r["seconds"], "one decode step": r["step"]})
+    return pd.DataFrame(rows)
+
+
+def step_breakdown(s: cost.Scenario) -> pd.DataFrame:
+    """Bytes one decode step reads at the prompt length, for K3 and for one agent: weights vs cache."""
+    k3, agent = cost.k3_decoder(), cost.dense_agent(cost.agent_size(s), s.agent_bits)
+    rows = []
+    for dec, name in ((k3, "Kimi K3"), (agent, f"one agent ({cost.agent_size(s) / 1e9:,.0f}B)")):
+        rows.append({"model": name, "part": "active weights", "bytes": dec.weight_bytes})
+        rows.append({"model": name, "part": f"cache at {fmt_tokens(s.context)} tokens",
+                     "bytes": float(dec.bytes_read(s.context)) - dec.weight_bytes})
+    df = pd.DataFrame(rows)
+    df["ms at the bandwidth"] = df["bytes"] / s.accel.bandwidth * 1e3
+    return df
+
+
+def assumptions(s: cost.Scenario) -> list[str]:
+    k3 = cost.k3_decoder()
+    a = cost.dense_agent(cost.agent_size(s), s.agent_bits)
+    cfg = K3Config.full()
+    return [
+        f"**K3**: {k3.active_params / 1e9:,.1f}B active parameters per token (computed, accounting), routed experts "
+        f"in MXFP4 (4.25 bits), everything else bf16: {fmt_bytes(k3.weight_bytes)} of weights read per token.",
+        f"**Each agent**: a dense model of {a.total_params / 1e9:,.0f}B parameters, all active but the embedding "
+        f"lookup, weights at {s.agent_bits:g} bits ({fmt_bytes(a.weight_bytes)} read per token). It gets K3's own "
+        f"attention stack ({cfg.n_kda} KDA + {cfg.n_mla} MLA layers, the same cache and attention FLOPs): the most "
+        "favourable choice for the agents, since a typical dense model caches more per token.",
+        f"**Mixture of Agents** ({MOA_SOURCE}), one layer: the N agents answer in parallel, each on its own "
+        "accelerator; then one of them reads all N answers and writes the final one. N = 1 is a single dense model.",
+        "**FLOPs per token** = 2 × active parameters + attention: KDA ≈ 7·H·d_k² per layer (state decay, read, "
+        "update, output), MLA 2·H·(2·kv_lora + rope) per cached token per layer (absorbed decode).",
+        "**Cache**: KDA states + MLA latents in bf16 (model/memory.py). Peak for MoA = the larger of N proposer "
+        "caches and the aggregator's (prompt + N answers + its own).",
+        f"**Time**: batch 1, every step max(bytes read / bandwidth, FLOPs / compute): bytes = active weights + the "
+        f"whole cache. Bandwidth {s.accel.bandwidth / 1e12:g} TB/s ({s.accel.name}); compute "
+        f"{s.accel.flops / 1e12:,.0f} TFLOP/s dense BF16 ({cost.H200.source}, published by NVIDIA). Reading the "
+        "prompt (prefill) is left out for both sides; a model spread over several devices divides both sides' "
+        "times alike.",
+    ]
+
+
+def qualitative(s: cost.Scenario, table: pd.DataFrame, k3: cost.Cost, moa: cost.Cost) -> pd.DataFrame:
+    cfg = K3Config.full()
+    r = table.set_index("cost")["ratio"]
+    expert = 3 * cfg.expert_width * cfg.expert_hidden
+    rows = [
+        ("Differentiability",
+         "The router is part of the network: the output weights p_i are differentiable router scores, so one "
+         "backward pass trains router and experts together (only the top-k pick itself is not differentiable; "
+         "Quantile Balancing sets the bias without gradients).",
+         "Agents exchange sampled text: no gradient flows from the final answer back into the agents, so they "
+         "cannot be trained jointly end to end.",
+         f"{cfg.top_k} of {cfg.n_routed_experts} experts chosen per token in each of {len(cfg.moe_layers)} layers "
+         f"(config) vs one choice of {s.n_agents} agents per request"),
+        ("Latency",
+         "One pass per token; only the chosen experts' weights are read.",
+         "Agents run in parallel, but the aggregator must wait for the slowest proposer, then read every answer "
+         "before writing its own: two sequential generations.",
+         f"{show(k3.seconds, 'seconds')} vs {show(moa.seconds, 'seconds')} for the answer: "
+         f"{r['Time to the full answer']:.1f}x "
+         f"(one step {show(k3.step_seconds, 'seconds')} vs {show(moa.step_seconds, 'seconds')})"),
+        ("KV cache",
+         "One cache per sequence.",
+         "One cache per agent, and the aggregator's context holds the prompt plus all N answers.",
+         f"{show(k3.cache_bytes, 'bytes')} vs {show(moa.cache_bytes, 'bytes')}: {r['Peak cache memory']:.1f}x"),
+        ("Compute",
+         f"{k3.flops_per_token / 1e9:,.0f} GFLOP per answer token.",
+         "Every agent does dense work on every token, then the aggregator again.",
+         f"{show(k3.flops_per_token, 'FLOPs')} vs {show(moa.flops_per_token, 'FLOPs')}: {r['FLOPs per answer token']:.1f}x"),
+        ("Modularity",
+         f"Experts are not separable: one expert is a {expert / 1e6:,.0f}M-parameter piece of a layer, trained "
+         "with the router and the rest; it cannot be swapped or run alone.",
+         "Agents are whole models: they can come from different vendors, be swapped, added or updated one at a time.",
+         f"expert {expert / 1e6:,.0f}M parameters (derived: 3 × {cfg.expert_width:,} × {cfg.expert_hidden:,}) vs "
+         f"agent {cost.agent_size(s) / 1e9:,.0f}B"),
+    ]
+    return pd.DataFrame(rows, columns=["aspect", "MoE (Kimi K3)", "Mixture of Agents", "the number on this page"])

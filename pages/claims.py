@@ -1,0 +1,103 @@
+"""Claims: every claim REFERENCES.md lists about K3, beside the value the code computes and a verdict."""
+import pandas as pd
+import streamlit as st
+
+from app import live as lv_mod
+from app import ui
+from app.charts.claims import evidence_figure, verdict_figure
+from app.claims import (LEVELS, SOURCE, VERDICT_COLOURS, VERDICT_ICONS, VERDICTS, cached_checks, evidence_table,
+                        parse_claim, parse_verdicts, verdict_slug)
+from app.navigation import PAGES
+from app.text import md_escape
+
+K_VERDICTS = "claims_verdicts"
+ui.ignore_unknown_params({"claim", "verdict"})
+ui.page_header(
+    "Claims, checked",
+    "Fifteen claims commonly made about Kimi K3, each set beside the value this app's code computes now (from the "
+    "accounting, the live model or the cost model) and a verdict: **holds**, **holds with a caveat**, **does not "
+    "hold** or **cannot be checked here**.",
+    "filter to \"does not hold\", then follow the link under claim 12 to see where the microseconds go; a teacher "
+    "can share one claim with `?claim=6` or `#claim-6` at the end of this page's address.",
+)
+lv = lv_mod.live()
+lv_mod.banner(lv)
+pages = {p.path: p for p in PAGES}
+
+with st.spinner("Checking every claim against the accounting, the live model and the cost model…"):
+    prompt = lv_mod.PRESETS[lv_mod.DEFAULT_PRESET]
+    ids = tuple(lv.tokenizer.encode(prompt))[: lv_mod.MAX_TOKENS]
+    checks = cached_checks(ids)
+st.caption(f"Claims quoted from {SOURCE}. The live checks run on the preset prompt “{md_escape(prompt, 120)}”; "
+           "the full-scale numbers come from K3's published config.")
+
+# ---- the link: one claim, or a verdict filter ----------------------------------------------------------
+raw_claim = st.query_params.get("claim")
+only, note = parse_claim(raw_claim)
+if note:
+    st.info(f"The link asks for claim “{md_escape(raw_claim, 40)}”: {note}. Showing every claim instead.",
+            icon=":material/link_off:")
+    del st.query_params["claim"]
+if K_VERDICTS not in st.session_state:
+    chosen, bad = parse_verdicts(st.query_params.get("verdict"))
+    if bad:
+        st.info(f"The link's verdict filter has parts this page does not know ({md_escape(', '.join(bad), 80)}); "
+                f"it knows {', '.join(verdict_slug(v) for v in VERDICTS)}.", icon=":material/link_off:")
+    st.session_state[K_VERDICTS] = chosen
+
+counts = pd.Series([sum(c.verdict == v for c in checks) for v in VERDICTS], index=list(VERDICTS))
+c1, c2 = st.columns([2, 3])
+with c1:
+    ui.chart(verdict_figure(counts), "How the claims fare: the counts follow from the computed values below.",
+             alt="Bar chart of the number of claims with each verdict.", key="claims_counts")
+with c2:
+    picked = st.pills("Show claims whose verdict is", list(VERDICTS), selection_mode="multi", key=K_VERDICTS,
+                      format_func=lambda v: f"{v} ({counts[v]})", disabled=only is not None)
+    if set(picked) == set(VERDICTS):
+        if "verdict" in st.query_params:
+            del st.query_params["verdict"]
+    else:
+        st.query_params["verdict"] = ",".join(verdict_slug(v) for v in picked)
+    table = pd.DataFrame({"#": [c.claim.number for c in checks], "claim": [c.claim.title for c in checks],
+                          "verdict": [c.verdict for c in checks]})
+    st.dataframe(table, hide_index=True, width="stretch", height=200,
+                 column_config={"#": st.column_config.NumberColumn(width="small")})
+
+if only is not None:
+    st.query_params["claim"] = str(only)
+    st.info(f"Showing claim {only} only, as the link asks.", icon=":material/link:")
+    if st.button("Show every claim", key="claims_all"):
+        del st.query_params["claim"]
+        st.rerun()
+    shown = [c for c in checks if c.claim.number == only]
+else:
+    shown = [c for c in checks if c.verdict in picked]
+    if not shown:
+        st.info("No claim has the chosen verdicts: pick at least one above.", icon=":material/filter_alt_off:")
+
+# ---- one section per claim -----------------------------------------------------------------------------
+for c in shown:
+    n = c.claim.number
+    st.subheader(f"Claim {n}: {c.claim.title}", anchor=f"claim-{n}", divider="gray")
+    st.markdown(f"> {md_escape(c.claim.text, 1000)}")
+    left, right = st.columns([3, 2])
+    with left:
+        st.markdown(f"**Computed now:** {c.computed}")
+        spec = pages.get(c.claim.page)
+        if spec is not None:
+            st.page_link(spec.path, label=f"See it on the page “{spec.title}”", icon=":material/arrow_forward:")
+    with right:
+        st.badge(c.verdict, icon=VERDICT_ICONS[c.verdict], color=VERDICT_COLOURS[c.verdict])
+        st.markdown(c.why)
+    st.caption(f"Link to this claim: `?claim={n}` or `#claim-{n}` after this page's address.")
+
+# ---- evidence --------------------------------------------------------------------------------------------
+st.subheader("How strong is the evidence behind each component?", anchor="evidence")
+ev = evidence_table(checks)
+ui.chart(evidence_figure(ev, LEVELS),
+         "Each of K3's new components by the strength of the published evidence for it (REFERENCES.md): high where "
+         "independent work reproduced it, mixed where the idea is independent but K3's changes are its own, "
+         "self-cited where the only source is the same team. Labels list the claims on this page about the component; "
+         "hover for the sources.",
+         alt="Chart placing six K3 components at evidence levels self-cited, mixed or high.", key="claims_evidence")
+st.dataframe(ev, hide_index=True, width="stretch")

@@ -1,0 +1,95 @@
+"""MoE vs Mixture of Agents: one sparse model against N dense models of the same total size, costed."""
+import streamlit as st
+
+from app import ui, urlstate
+from app.attention import fmt_tokens
+from app.charts.moa import costs_figure, step_figure, sweep_figure
+from app.moa import (BANDWIDTHS, CONTEXTS, DEFAULTS, N_AGENTS, OUTPUTS, PRECISION_NAMES, PRECISIONS, assumptions,
+                     context_sweep, cost_table, matched_size, qualitative, scenario, show, size_bounds, step_breakdown)
+
+
+def parse_bool(raw: str) -> bool:
+    value = {"1": True, "true": True, "yes": True, "0": False, "false": False, "no": False}.get(str(raw).lower())
+    if value is None:
+        raise ValueError(raw)
+    return value
+
+
+ui.ignore_unknown_params({"n", "match", "size", "context", "out", "bw", "prec"})
+ui.page_header(
+    "MoE vs Mixture of Agents",
+    "A mixture of experts picks a few small experts for every token inside one network; a **Mixture of Agents** "
+    "asks N whole models and then merges their answers: with the same total parameters, this page costs both "
+    "from the configs (FLOPs, cache memory and decode time).",
+    "set N to 8 and slide the context to 1M: the cache ratio stays at 8x, and the time ratio barely moves "
+    "because both sides are limited by reading their weights.",
+)
+
+lo, hi = size_bounds()
+urlstate.sync("moa_n", "n", DEFAULTS["n"], N_AGENTS, "number of agents")
+urlstate.sync("moa_match", "match", True, [True, False], "matching", parse=parse_bool)
+urlstate.sync("moa_size", "size", matched_size(DEFAULTS["n"]), range(lo, hi + 1), "agent size")
+urlstate.sync("moa_context", "context", DEFAULTS["context"], CONTEXTS, "context")
+urlstate.sync("moa_out", "out", DEFAULTS["output"], OUTPUTS, "output length")
+urlstate.sync("moa_bw", "bw", DEFAULTS["bw"], BANDWIDTHS, "bandwidth", parse=lambda s: round(float(s), 1))
+urlstate.sync("moa_prec", "prec", DEFAULTS["prec"], list(PRECISIONS), "agent precision", parse=str)
+
+c1, c2, c3 = st.columns([2, 1, 2])
+n = c1.slider("N dense agents", 1, N_AGENTS[-1], key="moa_n")
+match = c2.toggle("Match K3's size", key="moa_match",
+                  help="On: each agent has K3's total / N parameters, so the N agents hold as much as K3.")
+if match:
+    st.session_state["moa_size"] = matched_size(n)
+size = c3.slider("Agent size (billions of parameters)", lo, hi, key="moa_size", disabled=match,
+                 help=f"At least {lo}B: every agent carries K3's attention stack, embedding and head.")
+c1, c2, c3, c4 = st.columns(4)
+context = c1.select_slider("Prompt length (context)", CONTEXTS, key="moa_context", format_func=fmt_tokens)
+output = c2.select_slider("Answer length (tokens)", OUTPUTS, key="moa_out")
+bw = c3.select_slider("Memory bandwidth (TB/s)", BANDWIDTHS, key="moa_bw",
+                      help="Default 4.8 TB/s: one NVIDIA H200 (published by NVIDIA).")
+prec = c4.segmented_control("Agents' weights", list(PRECISIONS), format_func=PRECISION_NAMES.get, key="moa_prec",
+                            help="Bits per weight of the dense agents: bf16 16, FP8 8, MXFP4 4.25.") or "bf16"
+for param, value in (("n", n), ("match", int(match)), ("size", size), ("context", context), ("out", output),
+                     ("bw", bw), ("prec", prec)):
+    urlstate.remember(param, value)
+
+s = scenario(n, size, context, output, bw, prec)
+table, k3, moa = cost_table(s)
+total_agents = n * size
+st.caption(f"K3: 2,779.5B parameters (computed). {moa.name}: {total_agents:,}B in all"
+           + (" (matched)." if match else f" ({total_agents / 2779.5:.2f}x K3's).")
+           + " Every number below is derived from the configs by model/cost.py under the assumptions listed further down.")
+
+st.subheader("The costs, side by side")
+ui.chart(costs_figure(table, moa.name),
+         f"For a {fmt_tokens(context)}-token prompt and a {output:,}-token answer. FLOPs: every agent computes with all "
+         f"its weights on every token, K3 with 104.2B of its 2,779.5B. Cache: one per agent, and the aggregator "
+         f"holds the prompt plus all {n} answers. Time: at batch 1 a decode step must read its weights from memory; "
+         f"K3 reads {show(k3.step_seconds * s.accel.bandwidth, 'bytes')} per step, an agent "
+         f"{show(moa.step_seconds * s.accel.bandwidth, 'bytes')}, and the aggregator cannot start before the proposers "
+         "finish. Weights: the same parameter count, stored at different precisions.",
+         alt="Four bar charts comparing K3 and the Mixture of Agents on FLOPs per token, cache, time and weights.",
+         key="moa_costs")
+shown = table.assign(**{"K3": [show(v, u) for v, u in zip(table["K3"], table["unit"])],
+                        "MoA": [show(v, u) for v, u in zip(table["MoA"], table["unit"])],
+                        "MoA / K3": [f"{r:,.2f}x" for r in table["ratio"]]})
+st.dataframe(shown[["cost", "K3", "MoA", "MoA / K3", "origin"]], hide_index=True, width="stretch")
+
+st.subheader("How the ratios move with the prompt length")
+ui.chart(sweep_figure(context_sweep(s), context),
+         "Each line is MoA's cost divided by K3's, at every prompt length from 1K to 1M tokens (all else as set). "
+         "Above the dashed line the Mixture of Agents costs more. Attention work grows with the context in both, so "
+         "the FLOPs ratio shrinks at long contexts; the cache ratio is N (or the aggregator's longer context) at "
+         "every length.", alt="Log-log line chart of MoA-to-K3 cost ratios against prompt length.", key="moa_sweep")
+
+st.subheader("What one decode step reads")
+ui.chart(step_figure(step_breakdown(s)),
+         f"At the bandwidth limit a step takes bytes / bandwidth ({bw:g} TB/s). K3 reads only its active weights, "
+         "routed experts at 4.25 bits; a dense agent reads all of its weights every step. The cache term grows "
+         "with the context.", alt="Stacked bars of bytes read per decode step by K3 and by one agent.", key="moa_step")
+
+st.subheader("Assumptions of the cost model")
+st.markdown("\n".join(f"- {a}" for a in assumptions(s)))
+
+st.subheader("The comparison in words, tied to the numbers")
+st.table(qualitative(s, table, k3, moa).set_index("aspect"))

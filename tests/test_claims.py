@@ -1,0 +1,128 @@
+"""The Claims page data (app/claims.py): every claim of REFERENCES.md once, with a verdict, and the
+computed values equal to what the accounting, the cost model and the live model give."""
+import re
+from pathlib import Path
+
+import pytest
+import torch
+
+from app import claims as cl
+from app.charts import claims as charts
+from model.accounting import count_params
+from model.config import K3Config
+from model.k3 import K3Model
+from model.moe import route
+
+ROOT = Path(__file__).resolve().parent.parent
+REFERENCES = ROOT.parent / "shared" / "design" / "REFERENCES.md"
+
+
+def test_fifteen_claims_each_once():
+    assert [c.number for c in cl.CLAIMS] == list(range(1, 16))
+    assert len({c.text for c in cl.CLAIMS}) == 15 and len({c.title for c in cl.CLAIMS}) == 15
+    assert len(cl.CHECKS) == 15
+
+
+@pytest.mark.skipif(not REFERENCES.exists(), reason="the design documents are not beside this checkout")
+def test_claims_quote_references_md():
+    text = REFERENCES.read_text(encoding="utf-8")
+    section = text.split("## Claims to check")[1].split("\n## ")[0]
+    listed = {int(m.group(1)): " ".join(m.group(2).split())
+              for m in re.finditer(r"^(\d+)\. (.+?)(?=^\d+\. |\Z)", section, re.S | re.M)}
+    assert sorted(listed) == list(range(1, 16))
+    for c in cl.CLAIMS:
+        assert c.text == listed[c.number], c.number
+
+
+@pytest.fixture(scope="module")
+def checks():
+    torch.manual_seed(0)
+    model = K3Model(K3Config.micro()).eval().requires_grad_(False)
+    with torch.inference_mode():
+        out = model(torch.randint(0, 64, (1, 12)))
+    return model, out, {c.claim.number: c for c in cl.check_all(model, out)}
+
+
+def test_every_check_has_a_known_verdict_and_a_reason(checks):
+    _, _, by = checks
+    assert sorted(by) == list(range(1, 16))
+    for c in by.values():
+        assert c.verdict in cl.VERDICTS and c.why and c.computed
+    assert by[12].verdict == "does not hold"
+    assert by[13].verdict == by[14].verdict == "cannot be checked here"
+    with pytest.raises(ValueError):
+        cl.Check(cl.CLAIMS[0], "x", "maybe", "y")
+
+
+def test_computed_values_equal_the_accounting(checks):
+    _, _, by = checks
+    p = count_params(K3Config.full())
+    v = by[1].values
+    assert v["total"] == p.total and v["active"] == p.active
+    assert "2.78T" in by[1].computed and "104.2B" in by[1].computed and "3.75%" in by[1].computed
+    assert by[3].values["sparsity"] == 56 and "56x" in by[3].computed
+    assert by[6].values["layer_cut"] == pytest.approx(1 - 24 / 93) and "74.2%" in by[6].computed
+    assert by[6].values["latent_cut"] == pytest.approx(1 - 576 / 24_576) and "97.7%" in by[6].computed
+    assert by[7].values["ratio"] == pytest.approx(93 / 8) and "11.6x" in by[7].computed
+    assert by[7].values["links"] == (17_578, 1_003) and by[7].values["vectors"] == (187, 9)
+    assert by[8].values["copy_cut"] == 0.5 and "50%" in by[8].computed
+    assert by[8].values["per_token"] == by[8].values["k2_per_token"] == 16 * 3584 == 8 * 7168
+    assert by[10].values["per_gpu"] == 112
+    assert by[12].values["lower_s"] == pytest.approx(104.19e9 * 4.25 / 8 / 4.8e12, rel=1e-3)   # 11.5 ms
+    assert "11.5 ms" in by[12].computed
+    assert by[4].values["mla_positions"] == list(range(4, 93, 4)) + [93]
+    assert by[9].values["situ_max"] <= 100 < by[9].values["swiglu_max"]
+    r = by[15].values["ratios"]
+    assert r["flops"] > 1 and r["cache"] > 1 and r["seconds"] > 1
+    assert by[2].values["context"] == 1_048_576
+
+
+def test_live_parts_come_from_the_forward(checks):
+    model, out, by = checks
+    assert by[3].values["distinct"] == [model.cfg.top_k]
+    assert by[7].values["live_links"] == out.trace.link_count == by[7].values["live_links_closed_form"]
+    assert by[5].values["live_matches"]
+
+
+def test_qb_weight_check_sees_a_bias():
+    # a bias large enough to change choices: weights on unchanged sets stay identical, sets do change
+    torch.manual_seed(0)
+    model = K3Model(K3Config.micro()).eval().requires_grad_(False)
+    with torch.no_grad():
+        for moe in model.moe_layers():
+            moe.expert_bias.copy_(torch.linspace(-0.3, 0.3, moe.expert_bias.numel()))
+    with torch.inference_mode():
+        out = model(torch.randint(0, 64, (1, 24)))
+    r = cl.qb_weight_check(model, out)
+    assert r["changed"] > 0 and r["same"] > 0
+    assert r["max_diff"] < 1e-12 and r["max_raw_diff"] < 1e-12
+    # and a check that can fail: weights that did use the bias would differ
+    s = out.trace.scores(1)[0].double()
+    idx, _, _ = route(s, out.trace.bias(1).double(), model.cfg.top_k)
+    biased = (s + out.trace.bias(1).double()).gather(-1, idx)
+    assert float((biased / biased.sum(-1, keepdim=True) - s.gather(-1, idx) / s.gather(-1, idx).sum(-1, keepdim=True))
+                 .abs().max()) > 1e-6
+
+
+def test_link_parameters():
+    assert cl.parse_claim(None) == (None, None)
+    assert cl.parse_claim("6") == (6, None) and cl.parse_claim("claim-6") == (6, None)
+    assert cl.parse_claim("99")[0] is None and "1 to 15" in cl.parse_claim("99")[1]
+    assert cl.parse_claim("<b>x</b>")[0] is None
+    assert cl.parse_verdicts(None) == (list(cl.VERDICTS), [])
+    assert cl.parse_verdicts("holds,does-not-hold") == (["holds", "does not hold"], [])
+    assert cl.parse_verdicts("nope") == (list(cl.VERDICTS), ["nope"])
+
+
+def test_evidence_table_and_figures(checks):
+    _, _, by = checks
+    ev = cl.evidence_table(list(by.values())).set_index("component")
+    assert ev.loc["KDA", "confidence"] == "high" and ev.loc["Block AttnRes", "confidence"] == "self-cited"
+    assert ev.loc["Stable LatentMoE", "confidence"] == "mixed"
+    assert "7" in ev.loc["Block AttnRes", "claims"] and "14" in ev.loc["Block AttnRes", "claims"]
+    assert "2603.15031" in ev.loc["Block AttnRes", "sources"]
+    f = charts.evidence_figure(ev.reset_index(), cl.LEVELS)
+    assert {t.name for t in f.data} == set(cl.LEVELS)
+    import pandas as pd
+    counts = pd.Series([1, 2, 3, 4], index=list(cl.VERDICTS))
+    assert len(charts.verdict_figure(counts).data[0].y) == 4

@@ -1,0 +1,128 @@
+"""AppTest of the three "Precision & cost" pages: Quantization lab, MoE vs Mixture of Agents, Claims
+(charts present, widgets change the numbers, link parameters reproduce a view, bad links are clamped
+with a notice, ?claim=6 shows claim 6)."""
+import json
+from pathlib import Path
+
+from streamlit.testing.v1 import AppTest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def open_page(path, params=None):
+    at = AppTest.from_file(str(ROOT / "streamlit_app.py"), default_timeout=600).run()
+    for k, v in (params or {}).items():      # after the first page, which drops parameters it does not use
+        at.query_params[k] = v
+    at.switch_page(path).run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert not at.error, [e.value for e in at.error]
+    return at
+
+
+def figures(at):
+    return [json.loads(el.proto.spec) for el in at.get("plotly_chart")]
+
+
+def param(at, key):
+    v = at.query_params.get(key)
+    return v[0] if isinstance(v, list) else v
+
+
+def notices(at):
+    return " ".join(i.value for i in at.info)
+
+
+# ---- Quantization lab ------------------------------------------------------------------------------------
+
+def test_quant_page_charts_and_experiment_switch():
+    at = open_page("pages/quant.py")
+    figs = figures(at)
+    assert len(figs) == 6 and all(f["data"] for f in figs)
+    assert figs[0]["layout"]["xaxis2"]["type"] == "log"                         # the E4M3 grid
+    metrics = lambda: [m.value for m in at.metric][:3]
+    act = metrics()
+    assert act[0].endswith("%") and "nats" in act[1]
+    at.segmented_control(key="quant_variant").set_value("router").run()
+    assert not at.exception
+    assert metrics() != act                                                     # another real forward, other numbers
+    assert param(at, "variant") == "router"
+    # another block of the chosen layer: the worked example gives X = 1 and the section 7 values
+    at.segmented_control(key="quant_source").set_value("example").run()
+    table = at.dataframe[0].value
+    assert table["X · P"].tolist() == [0, 0, 0.5, 1, 1, 2, 2, 4, 4, -4, 6]
+
+
+def test_quant_page_bad_link_values_are_clamped():
+    at = open_page("pages/quant.py", {"layer": "999", "expert": "-4", "variant": "fp2", "fmt": "<i>x</i>",
+                                      "block": "abc"})
+    text = notices(at)
+    assert "999" in text and "fp2" in text and "block" in text
+    assert at.select_slider(key="quant_layer").value == 92
+    assert at.number_input(key="quant_expert").value == 0
+    assert at.segmented_control(key="quant_variant").value == "act"
+    assert "<i>" not in text
+
+
+# ---- MoE vs Mixture of Agents ------------------------------------------------------------------------------
+
+def test_moa_page_sliders_change_the_ratios():
+    at = open_page("pages/moa.py")
+    figs = figures(at)
+    assert len(figs) == 3 and all(f["data"] for f in figs)
+    titles = lambda: [a["text"] for a in figures(at)[0]["layout"]["annotations"]]
+    before = titles()
+    assert any("MoA / K3 = 8.0x" in t for t in before)                         # 8 agents: 8 caches
+    at.slider(key="moa_n").set_value(4).run()
+    assert not at.exception
+    assert at.slider(key="moa_size").value == 695                              # matched: 2,779.5B / 4
+    assert any("MoA / K3 = 4.0x" in t for t in titles())
+    assert param(at, "n") == "4"
+    at.toggle(key="moa_match").set_value(False).run()
+    at.slider(key="moa_size").set_value(100).run()
+    assert not at.exception and param(at, "size") == "100" and param(at, "match") == "0"
+    table = at.dataframe[0].value
+    assert list(table["cost"]) == ["FLOPs per answer token", "Peak cache memory", "Time to the full answer",
+                                   "Weight memory"]
+
+
+def test_moa_page_link_reproduces_and_clamps():
+    at = open_page("pages/moa.py", {"n": "3", "match": "0", "size": "120", "context": "65536", "out": "256",
+                                    "bw": "8", "prec": "fp8"})
+    assert at.slider(key="moa_n").value == 3 and at.slider(key="moa_size").value == 120
+    assert at.select_slider(key="moa_context").value == 65536 and at.select_slider(key="moa_bw").value == 8.0
+    bad = open_page("pages/moa.py", {"n": "1000", "context": "7", "bw": "abc", "prec": "fp2"})
+    text = notices(bad)
+    assert "1000" in text and "context" in text and "abc" in text and "fp2" in text
+    assert bad.slider(key="moa_n").value == 64 and bad.select_slider(key="moa_context").value == 1024
+
+
+# ---- Claims ----------------------------------------------------------------------------------------------
+
+def claim_headers(at):
+    return [h.value for h in at.subheader if h.value.startswith("Claim ")]
+
+
+def test_claims_page_lists_every_claim_and_filters():
+    at = open_page("pages/claims.py")
+    assert len(claim_headers(at)) == 15
+    assert len(figures(at)) == 2 and all(f["data"] for f in figures(at))
+    assert sorted(at.dataframe[0].value["#"]) == list(range(1, 16))
+    at.pills(key="claims_verdicts").set_value(["does not hold"]).run()
+    assert not at.exception
+    assert claim_headers(at) == ["Claim 12: Sub-microsecond latency"]
+    assert param(at, "verdict") == "does-not-hold"
+    at.pills(key="claims_verdicts").set_value([]).run()
+    assert claim_headers(at) == [] and "pick at least one" in notices(at)
+
+
+def test_claims_page_link_to_one_claim():
+    at = open_page("pages/claims.py", {"claim": "6"})
+    assert claim_headers(at) == ["Claim 6: MLA cuts 75% of the attention cache"]
+    text = " ".join(m.value for m in at.markdown)
+    assert "74.2%" in text and "97.7%" in text
+    at.button(key="claims_all").click().run()
+    assert len(claim_headers(at)) == 15 and param(at, "claim") is None
+    bad = open_page("pages/claims.py", {"claim": "99", "verdict": "holds,sometimes"})
+    assert "1 to 15" in notices(bad) and "sometimes" in notices(bad)
+    holds = [f"Claim {n}:" for n, v in zip(bad.dataframe[0].value["#"], bad.dataframe[0].value["verdict"]) if v == "holds"]
+    assert holds and [h.split(" ", 2)[0] + " " + h.split(" ", 2)[1] for h in claim_headers(bad)] == holds
