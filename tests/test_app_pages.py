@@ -19,7 +19,7 @@ def test_every_page_file_is_registered_and_exists():
 
 @pytest.fixture(scope="module")
 def app():
-    return AppTest.from_file(str(ROOT / "streamlit_app.py"), default_timeout=60)
+    return AppTest.from_file(str(ROOT / "streamlit_app.py"), default_timeout=180)
 
 
 @pytest.mark.parametrize("spec", PAGES, ids=[s.url_path for s in PAGES])
@@ -34,7 +34,7 @@ def test_page_runs_without_exception(app, spec):
 
 
 def test_overview_cards_all_check_out():
-    at = AppTest.from_file(str(ROOT / "streamlit_app.py"), default_timeout=60).run()
+    at = AppTest.from_file(str(ROOT / "streamlit_app.py"), default_timeout=180).run()
     metrics = {m.label: m.value for m in at.metric}
     assert metrics["Total parameters"] == "2.78T"
     assert metrics["Active per token"] == "104.2B"
@@ -44,7 +44,7 @@ def test_overview_cards_all_check_out():
 
 
 def test_overview_breakdown_toggle_switches_to_active():
-    at = AppTest.from_file(str(ROOT / "streamlit_app.py"), default_timeout=60).run()
+    at = AppTest.from_file(str(ROOT / "streamlit_app.py"), default_timeout=180).run()
     bar = lambda: next(json.loads(c.proto.spec) for c in at.get("plotly_chart")
                        if "% of" in json.dumps(json.loads(c.proto.spec)["layout"].get("xaxis", {})))
     assert "stored" in bar()["layout"]["xaxis"]["title"]["text"]
@@ -54,7 +54,7 @@ def test_overview_breakdown_toggle_switches_to_active():
 
 
 def test_junk_query_params_get_a_notice_not_a_traceback():
-    at = AppTest.from_file(str(ROOT / "streamlit_app.py"), default_timeout=60)
+    at = AppTest.from_file(str(ROOT / "streamlit_app.py"), default_timeout=180)
     at.query_params["<script>alert(1)</script>"] = "x"
     at.query_params["layer"] = "9999999"
     at.run()

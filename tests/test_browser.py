@@ -9,7 +9,7 @@ from tests.conftest import IDLE
 pytestmark = pytest.mark.browser
 
 
-def settle(page, timeout=90_000):
+def settle(page, timeout=240_000):
     page.wait_for_selector(IDLE, timeout=timeout)
     time.sleep(0.5)
     page.wait_for_selector(IDLE, timeout=timeout)
