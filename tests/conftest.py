@@ -94,3 +94,22 @@ def shot_dir():
     d = Path(os.environ.get("K3_SHOTS") or tempfile.mkdtemp(prefix="k3-shots-"))
     d.mkdir(parents=True, exist_ok=True)
     return d
+
+
+def settle(page, timeout=240_000):
+    """Wait until the app is idle twice, half a second apart (a rerun can start just after the first)."""
+    page.wait_for_selector(IDLE, timeout=timeout)
+    time.sleep(0.5)
+    page.wait_for_selector(IDLE, timeout=timeout)
+
+
+@pytest.fixture()
+def page(browser):
+    """A fresh browser context per test (a new Streamlit session), collecting JavaScript errors."""
+    ctx = browser.new_context(viewport={"width": 1400, "height": 2400})
+    pg = ctx.new_page()
+    errors = []
+    pg.on("pageerror", lambda e: errors.append(str(e)))
+    pg.js_errors = errors
+    yield pg
+    ctx.close()

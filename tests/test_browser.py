@@ -1,29 +1,13 @@
 """End to end in headless Chromium: every page renders with no exception; bad URLs stay friendly."""
-import time
 
 import pytest
 
 from app.navigation import PAGES
-from tests.conftest import IDLE
+from tests.conftest import settle
 
 pytestmark = pytest.mark.browser
 
 
-def settle(page, timeout=240_000):
-    page.wait_for_selector(IDLE, timeout=timeout)
-    time.sleep(0.5)
-    page.wait_for_selector(IDLE, timeout=timeout)
-
-
-@pytest.fixture()
-def page(browser):
-    ctx = browser.new_context(viewport={"width": 1400, "height": 2400})
-    pg = ctx.new_page()
-    errors = []
-    pg.on("pageerror", lambda e: errors.append(str(e)))
-    pg.js_errors = errors
-    yield pg
-    ctx.close()
 
 
 @pytest.mark.parametrize("spec", PAGES, ids=[s.url_path for s in PAGES])

@@ -5,15 +5,10 @@ import time
 
 import pytest
 
-from tests.conftest import IDLE
+from tests.conftest import settle
 
 pytestmark = pytest.mark.browser
 
-
-def settle(page, timeout=300_000):
-    page.wait_for_selector(IDLE, timeout=timeout)
-    time.sleep(0.5)
-    page.wait_for_selector(IDLE, timeout=timeout)
 
 
 def dismiss_dialog(page):
@@ -24,16 +19,6 @@ def dismiss_dialog(page):
         page.keyboard.press("Escape")
         page.wait_for_selector('[role="dialog"]', state="detached", timeout=10_000)
 
-
-@pytest.fixture()
-def page(browser):
-    ctx = browser.new_context(viewport={"width": 1400, "height": 2400})
-    pg = ctx.new_page()
-    errors = []
-    pg.on("pageerror", lambda e: errors.append(str(e)))
-    pg.js_errors = errors
-    yield pg
-    ctx.close()
 
 
 def test_link_to_one_claim_and_anchors(server, page, shot_dir):
