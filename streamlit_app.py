@@ -1,4 +1,4 @@
-"""K3 Explorer: entry point. Navigation over pages/, shared sidebar."""
+"""K3 Explorer: entry point. Navigation over views/, shared sidebar."""
 import streamlit as st
 
 from app.navigation import PAGES

@@ -48,47 +48,47 @@ class Claim:
 
 CLAIMS = (
     Claim(1, "2.8T total, 104B active", "2.8T total parameters, 104B active per token, about 3.7% of the weights per token.",
-          "pages/overview.py"),
-    Claim(2, "1M-token context", "1,048,576-token native context.", "pages/attention.py", ("KDA", "Gated MLA")),
+          "views/overview.py"),
+    Claim(2, "1M-token context", "1,048,576-token native context.", "views/attention.py", ("KDA", "Gated MLA")),
     Claim(3, "896 experts, 16 active: sparsity 56x",
-          "896 routed experts, 16 active per token plus 2 shared: sparsity 56x.", "pages/routing.py",
+          "896 routed experts, 16 active per token plus 2 shared: sparsity 56x.", "views/routing.py",
           ("Stable LatentMoE",)),
     Claim(4, "93 layers, 69 KDA + 24 MLA",
           "93 layers in a 3:1 ratio: 69 KDA + 24 gated MLA (three KDA then one MLA, plus a final MLA).",
-          "pages/overview.py", ("KDA", "Gated MLA")),
+          "views/overview.py", ("KDA", "Gated MLA")),
     Claim(5, "KDA cuts 100% of the KV cache",
           "KDA \"cuts 100% of the KV cache\" in 69 layers: a fixed-size state replaces a growing cache.",
-          "pages/attention.py", ("KDA",)),
+          "views/attention.py", ("KDA",)),
     Claim(6, "MLA cuts 75% of the attention cache",
           "MLA \"cuts 75% of the attention cache\" across 24 layers (check where the 75% really comes from: the 3:1 "
           "layer ratio, 1 - 24/93 = 74.2%, vs the latent compression 576 vs 24,576 values = 97.7%).",
-          "pages/attention.py", ("Gated MLA",)),
+          "views/attention.py", ("Gated MLA",)),
     Claim(7, "Block AttnRes compresses depth 11.6x",
-          "Block AttnRes \"compresses depth 11.6x\": 93 layers into N = 8 blocks.", "pages/attnres.py", ("Block AttnRes",)),
+          "Block AttnRes \"compresses depth 11.6x\": 93 layers into N = 8 blocks.", "views/attnres.py", ("Block AttnRes",)),
     Claim(8, "The latent halves cross-GPU dispatch",
           "Latent projection 7168 -> 3584 \"halves cross-GPU dispatch\" (check also: equal to K2's per-token volume, "
-          "8 x 7168 = 16 x 3584).", "pages/parallel.py", ("Stable LatentMoE",)),
+          "8 x 7168 = 16 x 3584).", "views/parallel.py", ("Stable LatentMoE",)),
     Claim(9, "SiTU-GLU is bounded by 100",
           "SiTU-GLU bounds activations at |f| <= 100, avoiding FP8 overflow where SwiGLU is unbounded.",
-          "pages/situ.py", ("SiTU-GLU",)),
+          "views/situ.py", ("SiTU-GLU",)),
     Claim(10, "112 experts per GPU, any shard", "896 experts over 8 GPUs is 112 per GPU; a token's 16 experts can land "
-              "on any shard.", "pages/parallel.py", ("Stable LatentMoE",)),
+              "on any shard.", "views/parallel.py", ("Stable LatentMoE",)),
     Claim(11, "Quantile Balancing leaves the output weights alone",
-          "Quantile Balancing keeps loads uniform without changing the output weights.", "pages/balance.py",
+          "Quantile Balancing keeps loads uniform without changing the output weights.", "views/balance.py",
           ("Quantile Balancing",)),
     Claim(12, "Sub-microsecond latency",
           "MoE routing runs at \"sub-microsecond latency\" and a 104B-active forward pass is \"sub-microsecond\" (check "
-          "against a memory-bandwidth bound: reading 104B parameters at 4.25 bits from HBM).", "pages/moa.py"),
+          "against a memory-bandwidth bound: reading 104B parameters at 4.25 bits from HBM).", "views/moa.py"),
     Claim(13, "K2's loss with 2.5x less compute",
           "Validation loss: K3 reaches K2's loss with 2.5x less compute (report Figure 7; one bundled number, no "
-          "per-component ablation; cannot be checked here).", "pages/model_card.py"),
+          "per-component ablation; cannot be checked here).", "views/model_card.py"),
     Claim(14, "AttnRes: 1.25x compute, N ≈ 8, L < 100",
           "AttnRes: Block AttnRes matches a baseline trained with 1.25x more compute; N ~ 8 recovers most of Full "
-          "AttnRes's gain; Full is affordable while L < 100 (self-cited, same team, same year).", "pages/attnres.py",
+          "AttnRes's gain; Full is affordable while L < 100 (self-cited, same team, same year).", "views/attnres.py",
           ("Block AttnRes",)),
     Claim(15, "Mixture of Agents costs more",
           "Mixture of Agents with 8 dense agents costs more FLOPs, cache and latency per token than a sparse MoE of the "
-          "same knowledge capacity.", "pages/moa.py"),
+          "same knowledge capacity.", "views/moa.py"),
 )
 
 # REFERENCES.md "Evidence confidence by component"

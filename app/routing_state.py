@@ -1,6 +1,6 @@
 """The Routing explorer's view in the link and in the session: parse and validate the URL's view
 parameters (clamping out-of-range values and saying so), write the view back, and the session-state
-callbacks of pages/routing.py. The parsing is pure; the rest is thin Streamlit glue."""
+callbacks of views/routing.py. The parsing is pure; the rest is thin Streamlit glue."""
 from __future__ import annotations
 
 import re
@@ -154,7 +154,7 @@ def to_params(view: Mapping) -> dict[str, str]:
 
 
 
-# ---- session state and the link (Streamlit glue for pages/routing.py) ------------------------------
+# ---- session state and the link (Streamlit glue for views/routing.py) ------------------------------
 
 K_TOKEN, K_LAYER, K_K, K_BIAS, K_DENSE = "routing_token", "routing_layer", "routing_k", "routing_bias", "routing_dense"
 K_KO, K_FORCE, K_SCOPE, K_COLOUR = "routing_ko", "routing_force", "routing_scope", "routing_colour"

@@ -9,7 +9,10 @@
   every few minutes; the data order depends only on (seed, step), so a resumed run sees the same
   batches an uninterrupted one would.
 * Device-agnostic: uses CUDA when available, with a larger batch.
-At the end it writes the packed checkpoint to assets/ and copies the log to assets/train_log.csv.
+At the end it writes the packed checkpoint to assets/ and copies the log to assets/train_log.csv, then
+calibrates the balancing biases of the shipped (packed, re-loaded) model by Quantile Balancing over
+far more tokens per update than a CPU training step holds (`calibrate_balance`). Bias only: no weight
+changes. `python -m model.train --calibrate-only` runs just that phase on the shipped checkpoint.
 """
 from __future__ import annotations
 
@@ -27,11 +30,11 @@ import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 from tqdm import tqdm
 
-from model.checkpoint import ASSETS, save_pretrained
+from model.checkpoint import ASSETS, load_pretrained, read_card, save_pretrained
 from model.config import K3Config
 from model.corpus import SEPARATOR, documents, fingerprint, split
 from model.k3 import K3Model
-from model.moe import expert_load
+from model.moe import QuantileHistogram, expert_load
 from model.tokenizer import Tokenizer
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -114,6 +117,62 @@ def balance_step(model: K3Model, routes: dict, history: dict, window: int = 3) -
             "bias_spread": float(np.mean(spread))}
 
 
+@torch.no_grad()
+def calibrate_balance(model: K3Model, data: np.ndarray, tokens: int = 65536, passes: int = 4,
+                      B: int = 8, T: int = 128, seed: int = 7, log=print) -> list[float]:
+    """Quantile Balancing with `tokens` tokens per update, the biases of all MoE layers at once.
+
+    A CPU training step holds 1,024 tokens, ~18 per expert: its quantile is noisy, so the biases a
+    training run ends with balance the batches they came from but not the next. K3 updates its biases
+    from the routing of very large batches; this phase does the same with the trained weights frozen:
+    per pass it routes `tokens` training tokens with the current biases, accumulates each layer's
+    QuantileHistogram (counts add over micro-batches), then sets every bias to the histogram's QB
+    solution. Later layers see inputs that depend on earlier selections, so a few passes settle it.
+    Returns the median over layers of max/mean load measured during each pass (before its update).
+    """
+    model.eval()
+    layers = list(model.cfg.moe_layers)
+    history = []
+    for p in range(passes):
+        rng = np.random.default_rng([seed, p])
+        hists = {i: QuantileHistogram(model.layers[i].ffn.expert_bias.float(), model.cfg.top_k) for i in layers}
+        loads = {i: torch.zeros(model.cfg.n_routed_experts) for i in layers}
+        for _ in tqdm(range(max(1, tokens // (B * T))), desc=f"balance pass {p + 1}/{passes}", leave=False):
+            ids = batch(data, rng, B, T, next(model.parameters()).device)
+            out = model(ids)
+            for i in layers:
+                info = out.trace.routes[i]
+                E = info.scores.shape[-1]
+                hists[i].add(info.scores.reshape(-1, E).float().cpu(), model.layers[i].ffn.expert_bias.float().cpu())
+                loads[i] += expert_load(info.indices.reshape(-1, info.indices.shape[-1]).cpu(), E).float()
+        ratios = [(loads[i].max() / loads[i].mean()).item() for i in layers]
+        history.append(float(np.median(ratios)))
+        log(f"balance pass {p + 1}: max/mean load median {history[-1]:.3f}, worst {max(ratios):.3f} "
+            f"over {len(layers)} layers (biases as they entered the pass)")
+        for i in layers:
+            bias = model.layers[i].ffn.expert_bias
+            bias.copy_(hists[i].bias().to(bias.device, bias.dtype))
+    return history
+
+
+def calibrate_shipped(tokens: int, passes: int, seed: int = 7) -> dict:
+    """Load the shipped checkpoint, calibrate its biases, write it back with the facts kept."""
+    model, tok = load_pretrained()
+    train, _, _ = token_arrays(tok)
+    t0 = time.time()
+    history = calibrate_balance(model, train, tokens, passes, seed=seed)
+    facts = {k: v for k, v in read_card().items() if k not in ("file", "sha256", "bytes", "config")}
+    facts["balance_calibration"] = {
+        "tokens_per_update": tokens, "passes": passes, "seed": seed, "data": "training split",
+        "median_max_mean_load_by_pass": [round(h, 3) for h in history],
+        "minutes": round((time.time() - t0) / 60, 1),
+        "what": "Quantile Balancing of the expert biases only, on the shipped (MXFP4/bf16) weights",
+    }
+    info = save_pretrained(model, facts)
+    print(f"saved {info['file']} with calibrated biases ({info['bytes'] / 1e6:.1f} MB)")
+    return info
+
+
 def save_state(model, opt, step: int, args: dict, path: Path = RUNS / "state"):
     tensors = {f"model.{k}": v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
     names = {id(p): n for n, p in model.named_parameters()}
@@ -158,12 +217,19 @@ def main(argv=None):
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--fresh", action="store_true", help="ignore a saved state and start over")
     ap.add_argument("--save-every", type=float, default=5.0, help="minutes between saved states")
+    ap.add_argument("--calibrate-tokens", type=int, default=65536, help="tokens per bias update at the end")
+    ap.add_argument("--calibrate-passes", type=int, default=4)
+    ap.add_argument("--calibrate-only", action="store_true",
+                    help="only re-balance the biases of the shipped checkpoint (no training)")
     args = ap.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    if args.calibrate_only:
+        calibrate_shipped(args.calibrate_tokens, args.calibrate_passes)
+        return
 
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     B = args.batch or (64 if device.type == "cuda" else 8)
-    if args.threads:
-        torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     tok = Tokenizer.load()
     train, val, data_facts = token_arrays(tok)
@@ -250,6 +316,8 @@ def main(argv=None):
     info = save_pretrained(model.cpu(), facts)
     shutil.copy(log_path, ASSETS / "train_log.csv")
     print(f"saved {info['file']} ({info['bytes'] / 1e6:.1f} MB), val loss {untrained_val:.3f} -> {final_val:.3f}")
+    if args.calibrate_passes > 0:
+        calibrate_shipped(args.calibrate_tokens, args.calibrate_passes)
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def test_every_page_file_is_registered_and_exists():
     registered = {spec.path for spec in PAGES}
-    on_disk = {f"pages/{p.name}" for p in (ROOT / "pages").glob("*.py")}
+    on_disk = {f"views/{p.name}" for p in (ROOT / "views").glob("*.py")}
     assert registered == on_disk
     assert len({spec.url_path for spec in PAGES}) == len(PAGES)
 

@@ -12,7 +12,7 @@ from model import memory
 from model.config import K3Config
 
 ROOT = Path(__file__).resolve().parent.parent
-PAGE = "pages/attention.py"
+PAGE = "views/attention.py"
 
 
 def values(arr):

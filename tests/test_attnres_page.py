@@ -7,7 +7,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 ROOT = Path(__file__).resolve().parent.parent
-PAGE = "pages/attnres.py"
+PAGE = "views/attnres.py"
 
 
 def open_page(params: dict | None = None) -> AppTest:

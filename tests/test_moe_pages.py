@@ -32,7 +32,7 @@ def values(arr):
 
 
 def test_situ_page_curves_crossing_and_chain():
-    at = open_page("pages/situ.py")
+    at = open_page("views/situ.py")
     figs = figures(at)
     assert len(figs) == 6 and all(f["data"] for f in figs)
     out = figs[0]
@@ -53,7 +53,7 @@ def test_situ_page_curves_crossing_and_chain():
 
 
 def test_situ_page_clamps_bad_link_values():
-    at = open_page("pages/situ.py", {"range": "5000", "up": "abc", "layer": "0", "chain": "99"})
+    at = open_page("views/situ.py", {"range": "5000", "up": "abc", "layer": "0", "chain": "99"})
     notes = " ".join(i.value for i in at.info)
     assert "5000" in notes and "abc" in notes and "layer" in notes
     assert at.slider(key="situ_range").value == 1000 and at.slider(key="situ_up").value == 100
@@ -62,7 +62,7 @@ def test_situ_page_clamps_bad_link_values():
 
 
 def test_balance_page_runs_every_method():
-    at = open_page("pages/balance.py", {"m": "1024", "steps": "4"})
+    at = open_page("views/balance.py", {"m": "1024", "steps": "4"})
     figs = figures(at)
     steps = figs[0]
     assert {t["name"] for t in steps["data"]} >= {"Quantile Balancing, exact", "Sign rule (DeepSeek-V3)",
@@ -78,7 +78,7 @@ def test_balance_page_runs_every_method():
 
 
 def test_balance_page_live_source_and_bad_input():
-    at = open_page("pages/balance.py", {"src": "live", "n": "16", "k": "20", "m": "1024", "steps": "3",
+    at = open_page("views/balance.py", {"src": "live", "n": "16", "k": "20", "m": "1024", "steps": "3",
                                         "gamma": "-1", "view": "<b>x</b>"})
     notes = " ".join(i.value for i in at.info)
     assert "top-k" in notes.lower() or "Top-" in notes                 # k >= n: clamped with a message
@@ -88,7 +88,7 @@ def test_balance_page_live_source_and_bad_input():
 
 
 def test_parallel_page_shards_and_real_run():
-    at = open_page("pages/parallel.py")
+    at = open_page("views/parallel.py")
     metrics = {m.label: m.value for m in at.metric}
     assert metrics["Experts per device"] == "112"
     figs = figures(at)
@@ -104,7 +104,7 @@ def test_parallel_page_shards_and_real_run():
 
 
 def test_parallel_page_bad_link():
-    at = open_page("pages/parallel.py", {"g": "5", "run_g": "64", "layer": "x"})
+    at = open_page("views/parallel.py", {"g": "5", "run_g": "64", "layer": "x"})
     notes = " ".join(i.value for i in at.info)
     assert "5" in notes and "64" in notes
     assert at.select_slider(key="ep_g").value == 4                     # nearest divisor of 896

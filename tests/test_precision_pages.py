@@ -35,7 +35,7 @@ def notices(at):
 # ---- Quantization lab ------------------------------------------------------------------------------------
 
 def test_quant_page_charts_and_experiment_switch():
-    at = open_page("pages/quant.py")
+    at = open_page("views/quant.py")
     figs = figures(at)
     assert len(figs) == 6 and all(f["data"] for f in figs)
     assert figs[0]["layout"]["xaxis2"]["type"] == "log"                         # the E4M3 grid
@@ -53,7 +53,7 @@ def test_quant_page_charts_and_experiment_switch():
 
 
 def test_quant_page_bad_link_values_are_clamped():
-    at = open_page("pages/quant.py", {"layer": "999", "expert": "-4", "variant": "fp2", "fmt": "<i>x</i>",
+    at = open_page("views/quant.py", {"layer": "999", "expert": "-4", "variant": "fp2", "fmt": "<i>x</i>",
                                       "block": "abc"})
     text = notices(at)
     assert "999" in text and "fp2" in text and "block" in text
@@ -66,7 +66,7 @@ def test_quant_page_bad_link_values_are_clamped():
 # ---- MoE vs Mixture of Agents ------------------------------------------------------------------------------
 
 def test_moa_page_sliders_change_the_ratios():
-    at = open_page("pages/moa.py")
+    at = open_page("views/moa.py")
     figs = figures(at)
     assert len(figs) == 3 and all(f["data"] for f in figs)
     titles = lambda: [a["text"] for a in figures(at)[0]["layout"]["annotations"]]
@@ -86,11 +86,11 @@ def test_moa_page_sliders_change_the_ratios():
 
 
 def test_moa_page_link_reproduces_and_clamps():
-    at = open_page("pages/moa.py", {"n": "3", "match": "0", "size": "120", "context": "65536", "out": "256",
+    at = open_page("views/moa.py", {"n": "3", "match": "0", "size": "120", "context": "65536", "out": "256",
                                     "bw": "8", "prec": "fp8"})
     assert at.slider(key="moa_n").value == 3 and at.slider(key="moa_size").value == 120
     assert at.select_slider(key="moa_context").value == 65536 and at.select_slider(key="moa_bw").value == 8.0
-    bad = open_page("pages/moa.py", {"n": "1000", "context": "7", "bw": "abc", "prec": "fp2"})
+    bad = open_page("views/moa.py", {"n": "1000", "context": "7", "bw": "abc", "prec": "fp2"})
     text = notices(bad)
     assert "1000" in text and "context" in text and "abc" in text and "fp2" in text
     assert bad.slider(key="moa_n").value == 64 and bad.select_slider(key="moa_context").value == 1024
@@ -103,7 +103,7 @@ def claim_headers(at):
 
 
 def test_claims_page_lists_every_claim_and_filters():
-    at = open_page("pages/claims.py")
+    at = open_page("views/claims.py")
     assert len(claim_headers(at)) == 15
     assert len(figures(at)) == 2 and all(f["data"] for f in figures(at))
     assert sorted(at.dataframe[0].value["#"]) == list(range(1, 16))
@@ -116,13 +116,13 @@ def test_claims_page_lists_every_claim_and_filters():
 
 
 def test_claims_page_link_to_one_claim():
-    at = open_page("pages/claims.py", {"claim": "6"})
+    at = open_page("views/claims.py", {"claim": "6"})
     assert claim_headers(at) == ["Claim 6: MLA cuts 75% of the attention cache"]
     text = " ".join(m.value for m in at.markdown)
     assert "74.2%" in text and "97.7%" in text
     at.button(key="claims_all").click().run()
     assert len(claim_headers(at)) == 15 and param(at, "claim") is None
-    bad = open_page("pages/claims.py", {"claim": "99", "verdict": "holds,sometimes"})
+    bad = open_page("views/claims.py", {"claim": "99", "verdict": "holds,sometimes"})
     assert "1 to 15" in notices(bad) and "sometimes" in notices(bad)
     holds = [f"Claim {n}:" for n, v in zip(bad.dataframe[0].value["#"], bad.dataframe[0].value["verdict"]) if v == "holds"]
     assert holds and [h.split(" ", 2)[0] + " " + h.split(" ", 2)[1] for h in claim_headers(bad)] == holds

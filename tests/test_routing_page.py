@@ -9,7 +9,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 ROOT = Path(__file__).resolve().parent.parent
-PAGE = "pages/routing.py"
+PAGE = "views/routing.py"
 
 
 def arr(v):
