@@ -6,6 +6,7 @@ are arguments of the forward call (RoutingOverride, quant, activation), never mo
 """
 from __future__ import annotations
 
+import os
 import threading
 from dataclasses import dataclass
 
@@ -28,6 +29,10 @@ PRESETS = {
 }
 DEFAULT_PRESET = "Prose"
 _lock = threading.Lock()
+# One intra-op thread per computation: sessions run concurrently on the server's few cores, and the
+# tiny model's ops are too small to gain from more (64-token forward: ~241 ms on 1 thread, ~226 ms on 2,
+# bench/bench_model.py), so more threads per session would only oversubscribe the cores.
+torch.set_num_threads(int(os.environ.get("K3_TORCH_THREADS", "1")))
 
 
 @dataclass(frozen=True)

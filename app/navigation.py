@@ -24,5 +24,6 @@ PAGES = (
     PageSpec("views/quant.py", "Quantization lab", ":material/grain:", "quantization", "Precision & cost"),
     PageSpec("views/moa.py", "MoE vs Mixture of Agents", ":material/groups:", "moe-vs-moa", "Precision & cost"),
     PageSpec("views/claims.py", "Claims", ":material/fact_check:", "claims", "Precision & cost"),
+    PageSpec("views/glossary.py", "Glossary", ":material/menu_book:", "glossary", "About"),
     PageSpec("views/model_card.py", "Model card", ":material/badge:", "model-card", "About"),
 )

@@ -9,15 +9,15 @@ from collections.abc import Mapping
 import streamlit as st
 
 from app.routing import COLOURINGS, MAX_LISTED, MAX_TOP_K, SCOPES, Rerouting, expert_from_selection
+from app.live import PRESETS
 from app.text import md_escape
+from app.urlstate import OWN_TEXT, PROMPT_PARAMS, prompt_from_params, prompt_to_params, write_params
 from model.config import K3Config
 
 # ---- the link ---------------------------------------------------------------------------------------
 
-PRESET_SLUGS = {"prose": "Prose", "code": "Code", "numbers": "Numbers", "punctuation": "Punctuation"}
-OWN_TEXT = "Your own text"
-URL_KEYS = ("preset", "text", "token", "layer", "k", "bias", "dense", "ko", "force", "scope", "colour",
-            "expert")
+URL_KEYS = ("token", "layer", "k", "bias", "dense", "ko", "force", "scope", "colour", "expert")
+LINK_KEYS = frozenset(URL_KEYS) | PROMPT_PARAMS        # the prompt's are read and written by ui.prompt_input
 _INT = re.compile(r"^[+-]?\d{1,9}$")
 _TRUE, _FALSE = {"1", "true", "on", "yes"}, {"0", "false", "off", "no"}
 
@@ -74,19 +74,12 @@ def parse_params(params: Mapping[str, str], cfg: K3Config) -> tuple[dict, list[s
             good = good[:MAX_LISTED]
         return good
 
-    if "preset" in params:
-        raw = str(params["preset"]).strip().lower()
-        if raw in PRESET_SLUGS:
-            out["preset"] = PRESET_SLUGS[raw]
-        elif raw == "own":
-            out["preset"] = OWN_TEXT
-        else:
-            notes.append(f"The link's prompt preset `{_shown(raw)}` is unknown, so it was ignored.")
-    if "text" in params:
-        out["text"] = str(params["text"])
-        out.setdefault("preset", OWN_TEXT)
-        if out["preset"] != OWN_TEXT:
-            out.pop("text")
+    preset, text, prompt_notes = prompt_from_params(params, PRESETS)
+    notes += prompt_notes
+    if preset is not None:
+        out["preset"] = preset
+    if text is not None:
+        out["text"] = text
     if "token" in params:
         raw = str(params["token"]).strip()
         if _INT.match(raw):
@@ -128,11 +121,7 @@ def clamp_token(token: int | None, n_tokens: int) -> tuple[int, str | None]:
 def to_params(view: Mapping) -> dict[str, str]:
     """The URL parameters of a view (defaults left out, so links stay short)."""
     p = {"layer": str(view["layer"]), "token": str(view["token"])}
-    preset = view["preset"]
-    if preset == OWN_TEXT:
-        p["preset"], p["text"] = "own", view["text"]
-    else:
-        p["preset"] = next(s for s, name in PRESET_SLUGS.items() if name == preset)
+    p.update(prompt_to_params(view["preset"], view.get("text", "")))
     s: Rerouting = view["settings"]
     if s.top_k != 16:
         p["k"] = str(s.top_k)
@@ -176,11 +165,8 @@ def start_state(cfg: K3Config) -> list[str]:
     notes = []
     if not ss.get("routing_url_read"):
         ss["routing_url_read"] = True
-        values, notes = parse_params(st.query_params.to_dict(), cfg)
-        if "preset" in values:
-            ss["prompt_preset"] = values["preset"]          # app.ui.prompt_input's keys
-        if "text" in values:
-            ss[f"prompt_text_{OWN_TEXT}"] = values["text"]
+        link = {k: v for k, v in st.query_params.to_dict().items() if k not in PROMPT_PARAMS}   # ui.prompt_input's
+        values, notes = parse_params(link, cfg)
         for param, key in _FROM_URL.items():
             if param in values:
                 ss[key] = values[param]
@@ -263,11 +249,4 @@ def restore(expert: int) -> None:
 
 def write_url(view: Mapping) -> None:
     """Write the view into the link (only this page's parameters; others such as embed are kept)."""
-    wanted = to_params(view)
-    for key in URL_KEYS:
-        if key in wanted:
-            if st.query_params.get(key) != wanted[key]:
-                st.query_params[key] = wanted[key]
-        elif key in st.query_params:
-            del st.query_params[key]
-
+    write_params(to_params(view), URL_KEYS)

@@ -59,3 +59,52 @@ def _from_url(param: str, default, options: list, label: str, parse):
 def remember(param: str, value) -> None:
     if st.query_params.get(param) != str(value):
         st.query_params[param] = str(value)
+
+
+# ---- the prompt in the link (every page with a prompt box: app.ui.prompt_input) ----------------------
+
+PROMPT_PARAMS = frozenset({"preset", "text"})
+OWN_TEXT = "Your own text"          # the preset picker's last option
+OWN_SLUG = "own"
+MAX_LINK_TEXT = 2000                # characters of typed text written into a link (= app.live.MAX_CHARS)
+
+
+def preset_slug(name: str) -> str:
+    return OWN_SLUG if name == OWN_TEXT else name.lower()
+
+
+def prompt_from_params(params, presets) -> tuple[str | None, str | None, list[str]]:
+    """(preset name or None, own text or None, notices) from the link's `preset` and `text`.
+    `text` alone means own text; `text` with a named preset is ignored (the preset wins)."""
+    slugs = {preset_slug(p): p for p in presets}
+    slugs[OWN_SLUG] = OWN_TEXT
+    preset, text, notes = None, None, []
+    if "preset" in params:
+        raw = str(params["preset"]).strip().lower()
+        if raw in slugs:
+            preset = slugs[raw]
+        else:
+            notes.append(f"The link's prompt preset `{md_escape(raw, 40)}` is unknown, so it was ignored.")
+    if "text" in params:
+        if preset in (None, OWN_TEXT):
+            preset, text = OWN_TEXT, str(params["text"])
+        else:
+            notes.append(f"The link named the {preset} preset and a text: showing the preset.")
+    return preset, text, notes
+
+
+def prompt_to_params(preset: str, text: str) -> dict[str, str]:
+    p = {"preset": preset_slug(preset)}
+    if preset == OWN_TEXT:
+        p["text"] = text[:MAX_LINK_TEXT]
+    return p
+
+
+def write_params(wanted: dict[str, str], owned) -> None:
+    """Make the link hold `wanted` for the parameters in `owned` (others, e.g. embed, are kept)."""
+    for key in owned:
+        if key in wanted:
+            if st.query_params.get(key) != wanted[key]:
+                st.query_params[key] = wanted[key]
+        elif key in st.query_params:
+            del st.query_params[key]

@@ -11,7 +11,7 @@ from app.text import fmt_int
 from model import memory
 from model.config import K3Config
 
-ui.ignore_unknown_params({"kda", "head", "mla", "token", "ctx", "batch"})
+ui.ignore_unknown_params({"kda", "head", "mla", "token", "ctx", "batch"} | ui.PROMPT_PARAMS)
 full = K3Config.full()
 ui.page_header(
     "Hybrid attention & memory",

@@ -13,7 +13,7 @@ from app.text import fmt_int
 from model.attnres import block_sizes, vectors_alive
 from model.config import K3Config
 
-ui.ignore_unknown_params({"view", "bs", "token", "mode", "reader", "source"})
+ui.ignore_unknown_params({"view", "bs", "token", "mode", "reader", "source"} | ui.PROMPT_PARAMS)
 full = K3Config.full()
 L = full.num_layers
 ui.page_header(

@@ -9,7 +9,7 @@ from app.parallel import (ASSIGN, DIVISORS, RUNNABLE, bytes_table, cached_routin
 from app.text import md_escape
 from model.parallel import LaunchError
 
-ui.ignore_unknown_params({"g", "layer", "assign", "dedup", "run_g"})
+ui.ignore_unknown_params({"g", "layer", "assign", "dedup", "run_g"} | ui.PROMPT_PARAMS)
 ui.page_header(
     "Expert parallelism",
     "K3's 896 experts do not fit on one accelerator, so they are split into shards, one per device, and every "

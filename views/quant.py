@@ -16,7 +16,7 @@ from model.quant import E2M1_GRID, FORMATS, bits_per_value, element_grid, packed
 
 ELEMENT_MAX = {f: f"{FORMATS[f].max:g}" for f in FORMATS}
 
-ui.ignore_unknown_params({"source", "fmt", "layer", "matrix", "expert", "block", "variant"})
+ui.ignore_unknown_params({"source", "fmt", "layer", "matrix", "expert", "block", "variant"} | ui.PROMPT_PARAMS)
 K3 = k3_bytes_summary()
 ui.page_header(
     "Quantization lab",

@@ -11,7 +11,7 @@ from app.charts.routing import changed_figure, fingerprint_figure, grid_figure, 
 from app.live import banner, forward, live
 from app.text import fmt_params
 
-ui.ignore_unknown_params(set(rs.URL_KEYS))
+ui.ignore_unknown_params(rs.LINK_KEYS)
 ui.page_header(
     "Routing explorer",
     "In every layer but the first, a router scores all **896 experts** for each token and sends the "

@@ -15,7 +15,7 @@ PLANES = [5, 10, 25, 50, 100, 250, 500, 1000]
 HIST_SCALES = [1, 2, 3, 5, 10, 20, 50]
 CHAIN_SCALES = [0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 7.0, 10.0]
 
-ui.ignore_unknown_params({"range", "up", "plane", "layer", "hscale", "chain"})
+ui.ignore_unknown_params({"range", "up", "plane", "layer", "hscale", "chain"} | ui.PROMPT_PARAMS)
 ui.page_header(
     "SiTU-GLU vs SwiGLU",
     "K3 replaces SwiGLU with **SiTU-GLU**, a gated activation whose output can never exceed **100** in size, "

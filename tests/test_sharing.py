@@ -1,0 +1,62 @@
+"""Teaching and sharing (AppTest): the prompt lives in the link on every page that has one, presenter
+mode is a link flag, each chart offers its data, and the guided tour leads from page to page."""
+import pytest
+
+from app.navigation import PAGES
+from app.tour import TOUR, next_stop
+from tests.test_precision_pages import open_page, param
+
+PROMPT_PAGES = ["views/routing.py", "views/attention.py", "views/parallel.py", "views/situ.py"]
+
+
+@pytest.mark.parametrize("path", PROMPT_PAGES)
+def test_own_text_in_the_link_is_the_prompt_and_is_written_back(path):
+    at = open_page(path, {"preset": "own", "text": "zebra 42 crossings"})
+    box = next(t for t in at.text_area if t.key.endswith("Your own text"))
+    assert box.value == "zebra 42 crossings"
+    assert param(at, "preset") == "own" and param(at, "text") == "zebra 42 crossings"
+    box.set_value("a different sentence").run()
+    assert param(at, "text") == "a different sentence"
+
+
+def test_a_named_preset_drops_the_text_and_unknown_presets_say_so():
+    at = open_page("views/attention.py", {"preset": "code"})
+    assert param(at, "preset") == "code" and param(at, "text") is None
+    assert any("def mean" in t.value for t in at.text_area)
+    bad = open_page("views/attention.py", {"preset": "<b>poetry</b>"})
+    assert any("preset" in i.value and "<b>" not in i.value for i in bad.info)
+    assert param(bad, "preset") == "prose"                 # the default, written back
+
+
+def test_presenter_mode_is_a_link_flag_and_a_toggle():
+    from streamlit.testing.v1 import AppTest
+    at = AppTest.from_file("../streamlit_app.py", default_timeout=600)
+    at.query_params["present"] = "1"                    # a link with the flag opens a new session
+    at.run().switch_page("views/situ.py").run()
+    assert not at.exception
+    assert at.toggle(key="presenter_mode").value is True and param(at, "present") == "1"
+    assert any("scroll-snap" in m.value for m in at.markdown)       # the presenter style sheet
+    at.toggle(key="presenter_mode").set_value(False).run()
+    assert param(at, "present") is None
+    assert not any("scroll-snap" in m.value for m in at.markdown)
+
+
+def test_every_chart_has_a_csv_download_and_the_format_switch_reaches_the_toolbar():
+    import json
+    at = open_page("views/balance.py", {"m": "1024", "steps": "3"})
+    charts = at.get("plotly_chart")
+    downloads = [d for d in at.get("download_button") if "CSV" in d.proto.label]
+    assert len(charts) >= 3 and len(downloads) == len(charts)
+    assert all(json.loads(c.proto.config)["toImageButtonOptions"]["format"] == "png" for c in charts)
+    at.segmented_control(key="chart_image_format").set_value("svg").run()
+    assert all(json.loads(c.proto.config)["toImageButtonOptions"]["format"] == "svg"
+               for c in at.get("plotly_chart"))
+
+
+def test_tour_footer_leads_to_the_next_stop():
+    stop = TOUR[1]
+    spec = next(p for p in PAGES if p.url_path == stop.url_path)
+    at = open_page(spec.path)
+    labels = [p.proto.label for p in at.get("page_link")]
+    assert any(next_stop(stop.url_path).title in label and "guided tour" in label for label in labels)
+    assert any("Why it matters" in c.value for c in at.caption)
