@@ -2,6 +2,7 @@
 assets/ (written by `python -m model.train` and `python -m model.evaluate`). Pure; no Streamlit."""
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 
@@ -53,3 +54,18 @@ def config_table() -> pd.DataFrame:
 
 def smoothed(df: pd.DataFrame, column: str, window: int = 25) -> pd.Series:
     return df[column].rolling(window, min_periods=1).mean()
+
+
+@functools.lru_cache(maxsize=8)
+def balanced_floor(tokens: int, n_experts: int = 896, top_k: int = 16, layers: int = 92,
+                   trials: int = 20, seed: int = 0) -> dict[str, float]:
+    """max/mean expert load that even a perfectly balanced router shows on `tokens` tokens: each token
+    picks top_k distinct experts uniformly at random, so an expert's load is Binomial(tokens, k/E).
+    Monte Carlo with a fixed seed; returns the median layer's and the worst layer's value (medians
+    over trials), the same statistics model.evaluate reports for the trained model."""
+    import numpy as np
+    rng = np.random.default_rng(seed)
+    p = top_k / n_experts
+    loads = rng.binomial(tokens, p, size=(trials, layers, n_experts))
+    ratio = loads.max(-1) / (tokens * p)                                       # [trials, layers]
+    return {"median_layer": float(np.median(np.median(ratio, 1))), "worst_layer": float(np.median(ratio.max(1)))}

@@ -38,3 +38,13 @@ def test_evaluation_measures():
     train = np.array([0, 0, 0, 1])
     # add-one smoothing over a 3-token vocabulary: p(0) = 4/7
     assert np.isclose(unigram_cross_entropy(train, np.array([0]), 3), -np.log(4 / 7))
+
+
+def test_balanced_floor_matches_the_binomial_and_shrinks_with_more_tokens():
+    from app.model_card import balanced_floor
+    small, big = balanced_floor(1024), balanced_floor(65536)
+    # one layer, 1,024 tokens: mean load 18.3, std 4.2; the max of 896 such loads sits ~3 std above
+    assert 1.6 < small["median_layer"] < 2.0 and small["worst_layer"] > small["median_layer"]
+    assert 1.0 < big["median_layer"] < 1.15 < small["median_layer"]
+    one = balanced_floor(16384, n_experts=4, top_k=4, layers=1)   # every token picks every expert
+    assert one["median_layer"] == one["worst_layer"] == 1.0

@@ -46,18 +46,18 @@ if K_VERDICTS not in st.session_state:
     st.session_state[K_VERDICTS] = chosen
 
 counts = pd.Series([sum(c.verdict == v for c in checks) for v in VERDICTS], index=list(VERDICTS))
+picked = st.pills("Show claims whose verdict is", list(VERDICTS), selection_mode="multi", key=K_VERDICTS,
+                  format_func=lambda v: f"{v} ({counts[v]})", disabled=only is not None)
+if set(picked) == set(VERDICTS):
+    if "verdict" in st.query_params:
+        del st.query_params["verdict"]
+else:
+    st.query_params["verdict"] = ",".join(verdict_slug(v) for v in picked)
 c1, c2 = st.columns([2, 3])
 with c1:
     ui.chart(verdict_figure(counts), "How the claims fare: the counts follow from the computed values below.",
              alt="Bar chart of the number of claims with each verdict.", key="claims_counts")
 with c2:
-    picked = st.pills("Show claims whose verdict is", list(VERDICTS), selection_mode="multi", key=K_VERDICTS,
-                      format_func=lambda v: f"{v} ({counts[v]})", disabled=only is not None)
-    if set(picked) == set(VERDICTS):
-        if "verdict" in st.query_params:
-            del st.query_params["verdict"]
-    else:
-        st.query_params["verdict"] = ",".join(verdict_slug(v) for v in picked)
     table = pd.DataFrame({"#": [c.claim.number for c in checks], "claim": [c.claim.title for c in checks],
                           "verdict": [c.verdict for c in checks]})
     st.dataframe(table, hide_index=True, width="stretch", height=200,

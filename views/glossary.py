@@ -60,6 +60,8 @@ if not matches:
             f"{len(TERMS)} terms.", icon=":material/search_off:")
 elif query.strip():
     st.caption(f"{len(matches)} of {len(TERMS)} terms match “{md_escape(query, 60)}”.")
+else:                                   # the whole list: an index first, each entry jumps to its term
+    st.markdown(" · ".join(f"[{t.term}](#{t.slug})" for t in TERMS))
 for term in matches:
     if term is not linked:            # already shown first, above
         with st.container(border=True):

@@ -49,7 +49,7 @@ ui.chart(cached_figure("grids"),
 st.subheader("How a block of 32 picks its scale")
 urlstate.sync("quant_source", "source", "shared", list(SOURCES), "block source", parse=str)
 urlstate.sync("quant_fmt", "fmt", "e2m1", list(FORMAT_NAMES), "format", parse=str)
-c1, c2 = st.columns(2)
+c1, c2 = st.columns([3, 2])
 source = c1.segmented_control("Block from", list(SOURCES), format_func=SOURCES.get, key="quant_source") or "shared"
 fmt = c2.segmented_control("Format", list(FORMAT_NAMES), format_func=FORMAT_NAMES.get, key="quant_fmt") or "e2m1"
 urlstate.remember("source", source)
