@@ -127,7 +127,7 @@ PRESENTER_CSS = """
 [data-testid="stMain"] [data-testid="stMarkdownContainer"] p,
 [data-testid="stMain"] [data-testid="stMarkdownContainer"] li { font-size: 1.45rem !important; line-height: 1.5; }
 [data-testid="stMain"] [data-testid="stCaptionContainer"] p { font-size: 1.2rem !important; }
-[data-testid="stMain"] h1 { font-size: 3.2rem !important; }
+[data-testid="stMain"] h1 { font-size: 3.8rem !important; }
 [data-testid="stMain"] h2, [data-testid="stMain"] h3 { font-size: 2.2rem !important; }
 [data-testid="stMain"] [data-testid="stMetricValue"] { font-size: 3rem !important; }
 [data-testid="stMain"] :is([data-testid="stSlider"], [data-testid="stSelectSlider"], [data-testid="stSelectbox"],

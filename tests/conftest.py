@@ -1,6 +1,7 @@
 """Shared fixtures: a live Streamlit server on a free loopback port and a headless Chromium."""
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import socket
@@ -36,9 +37,9 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="session")
-def server():
-    """Start `streamlit run streamlit_app.py` and yield its base URL; always stopped afterwards."""
+@contextlib.contextmanager
+def launch_server():
+    """Run `streamlit run streamlit_app.py` on a free loopback port; yields its base URL once healthy."""
     port = free_port()
     log = tempfile.NamedTemporaryFile("w+", suffix=".log", delete=False)
     proc = subprocess.Popen(
@@ -70,6 +71,13 @@ def server():
             proc.kill()
         log.close()
         os.unlink(log.name)
+
+
+@pytest.fixture(scope="session")
+def server():
+    """One app server for the whole test session; always stopped afterwards."""
+    with launch_server() as base:
+        yield base
 
 
 @pytest.fixture(scope="session")
