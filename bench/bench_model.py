@@ -68,6 +68,24 @@ def main():
     print(f"tiny forward, 256 tokens: median {fwd256:7.1f} ms  ({fwd256 / fwd:.1f}x the 64-token cost)")
     print(f"resume from layer 80 (13 layers), 64 tokens: median {resume:6.1f} ms ({fwd / resume:.1f}x faster)")
 
+    # What the choices buy, measured on the same model (each line changes one thing back)
+    with torch.inference_mode():
+        no_trace = median_ms(lambda: model(ids, record=False), args.reps)
+        kda_layers = [layer.attn for layer in model.layers if layer.kind == "kda"]
+        own = kda_layers[0].chunk_size
+        for a in kda_layers:
+            a.chunk_size = 64                  # one chunk for the whole 64-token prompt
+        one_chunk = median_ms(lambda: model(ids), args.reps)
+        for a in kda_layers:
+            a.chunk_size = own
+        from torch.profiler import ProfilerActivity, profile
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            model(ids)
+        n_ops = sum(1 for e in prof.events() if e.cpu_parent is None and e.name.startswith("aten::"))
+    print(f"  without the trace (record=False): {no_trace:6.1f} ms ({fwd - no_trace:+.1f} ms for the trace)")
+    print(f"  KDA chunk 64 (one chunk) instead of {own}: {one_chunk:6.1f} ms ({one_chunk - fwd:+.1f} ms)")
+    print(f"  top-level aten ops per 64-token forward: {n_ops:,} (~{fwd * 1e3 / n_ops:.0f} us each on average)")
+
     B, T, H, K = 1, 2048, 2, 16
     q = torch.nn.functional.normalize(torch.randn(B, T, H, K), dim=-1)
     k = torch.nn.functional.normalize(torch.randn(B, T, H, K), dim=-1)

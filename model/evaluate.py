@@ -3,7 +3,9 @@
 Measured on held-out text (the validation split of model/corpus.py), for the trained checkpoint and
 for the untrained instance with the same config and seed:
 * cross-entropy per token, beside a unigram baseline (token frequencies of the training split);
-* expert load on a held-out batch (max/mean per MoE layer, experts that receive no token);
+* expert load on a held-out batch (max/mean per MoE layer, experts that receive no token), on one
+  contiguous stretch of held-out text, on 128 windows spread over the held-out split, and on 128
+  windows of the training split (the traffic the balancing biases were set for);
 * specialisation: mutual information between a token's character class (word, digit, punctuation,
   whitespace, Python keyword) and the experts it is routed to, averaged over the MoE layers;
 * a short greedy continuation of a fixed prompt.
@@ -92,6 +94,25 @@ def measure(model: K3Model, tok: Tokenizer, val: np.ndarray, n_tokens: int) -> d
 
 
 @torch.no_grad()
+def load_on_windows(model: K3Model, data: np.ndarray, n_windows: int = 128, seed: int = 12345,
+                    batch: int = 16) -> dict:
+    """max/mean expert load over `n_windows` windows of CHUNK tokens drawn without overlap from
+    across `data` (how training batches are drawn), instead of one contiguous stretch of text."""
+    rng = np.random.default_rng(seed)
+    starts = rng.choice(len(data) // CHUNK, size=min(n_windows, len(data) // CHUNK), replace=False) * CHUNK
+    E, k = model.cfg.n_routed_experts, model.cfg.top_k
+    loads = {i: torch.zeros(E) for i in model.cfg.moe_layers}
+    for b in range(0, len(starts), batch):
+        ids = torch.from_numpy(np.stack([data[s:s + CHUNK].astype(np.int64) for s in starts[b:b + batch]]))
+        out = model(ids)
+        for i in loads:
+            loads[i] += expert_load(out.trace.experts(i).reshape(-1, k), E).float()
+    ratios = [(v.max() / v.mean()).item() for v in loads.values()]
+    return {"tokens": int(len(starts) * CHUNK), "median_over_layers": float(np.median(ratios)),
+            "max_over_layers": max(ratios), "dead_experts": int(sum(int((v == 0).sum()) for v in loads.values()))}
+
+
+@torch.no_grad()
 def greedy(model: K3Model, tok: Tokenizer, prompt: str, n: int = 40) -> str:
     ids = tok.encode(prompt)
     out = model(torch.tensor([ids]))
@@ -116,6 +137,10 @@ def main(n_tokens: int = 16384):
         "unigram_cross_entropy": unigram_cross_entropy(train, val[:n_tokens + 1][1:], tok.vocab_size),
         "uniform_cross_entropy": math.log(tok.vocab_size),
         "trained": measure(model, tok, val, n_tokens),
+        # the same load statistic on windows spread over the held-out split, and on windows of the
+        # training split (the traffic the biases were balanced for): balance depends on the traffic
+        "load_heldout_windows": load_on_windows(model, val),
+        "load_training_windows": load_on_windows(model, train, seed=999),
         "untrained": measure(untrained, tok, val, n_tokens),
         "sample_prompt": SAMPLE_PROMPT,
         "greedy_sample": greedy(model, tok, SAMPLE_PROMPT),
@@ -127,6 +152,8 @@ def main(n_tokens: int = 16384):
     print(f"cross-entropy: trained {tr['cross_entropy']:.3f}, untrained {un['cross_entropy']:.3f}, "
           f"unigram {result['unigram_cross_entropy']:.3f}, uniform {result['uniform_cross_entropy']:.3f}")
     print(f"max/mean load {tr['max_mean_load']}, dead {tr['dead_experts']}")
+    print(f"max/mean load on held-out windows {result['load_heldout_windows']}, "
+          f"on training windows {result['load_training_windows']}")
     print(f"class-expert MI: trained {tr['class_expert_mi_bits']:.3f} bits, untrained {un['class_expert_mi_bits']:.3f}")
     print(f"greedy from {SAMPLE_PROMPT!r}: {result['greedy_sample']!r}")
 

@@ -80,6 +80,16 @@ if ev:
         f"token: {tr['dead_experts']['total']} over all 92 layers. For scale: a perfectly balanced router "
         f"(every token picking 16 experts at random) would show {floor['median_layer']:.2f} and "
         f"{floor['worst_layer']:.2f} on that many tokens, from sampling noise alone (computed, Monte Carlo).")
+    hw, tw = ev.get("load_heldout_windows"), ev.get("load_training_windows")
+    if hw and tw:
+        st.caption(
+            f"Balance depends on the traffic. On {hw['tokens']:,} tokens in windows spread over the held-out "
+            f"documents: max/mean {hw['median_over_layers']:.2f} (median layer), {hw['max_over_layers']:.2f} "
+            f"(worst). On as many tokens of training-split windows, the mix of text the biases were balanced "
+            f"for: {tw['median_over_layers']:.2f} and {tw['max_over_layers']:.2f}. The held-out split is only "
+            f"{card.get('data', {}).get('val_documents', '?') if card else '?'} documents, so its mix of code, "
+            "prose and punctuation differs from training, and experts that specialise in what it has more of "
+            "get more of it: Quantile Balancing evens the load of the traffic it is fed, not of every text.")
     st.markdown("**A greedy continuation** (the model picks its most likely next token 40 times):")
     st.code(ev["sample_prompt"] + ev["greedy_sample"], language=None)
     st.caption("A tiny model trained for about an hour on a CPU: expect plausible Python-documentation "
