@@ -1,32 +1,17 @@
 """AppTest of the Glossary page: every term listed with a stable anchor and a link to its live page, the
 search box follows ?q= and writes it back, ?term=<slug> puts one term first, bad links get a notice."""
-from pathlib import Path
-
-from streamlit.testing.v1 import AppTest
-
 from app.glossary import TERMS, by_slug, search
+from tests.test_precision_pages import open_page as _open, param
 
-ROOT = Path(__file__).resolve().parent.parent
 PAGE = "views/glossary.py"
 
 
 def open_page(params=None):
-    at = AppTest.from_file(str(ROOT / "streamlit_app.py"), default_timeout=180).run()
-    for k, v in (params or {}).items():      # after the first page, which drops parameters it does not use
-        at.query_params[k] = v
-    at.switch_page(PAGE).run()
-    assert not at.exception, [e.value for e in at.exception]
-    assert not at.error, [e.value for e in at.error]
-    return at
+    return _open(PAGE, params)
 
 
 def anchors(at):
     return [h.proto.anchor for h in at.subheader]
-
-
-def param(at, key):
-    v = at.query_params.get(key)
-    return v[0] if isinstance(v, list) else v
 
 
 def notices(at):
