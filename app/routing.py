@@ -360,6 +360,20 @@ def chip_label(piece: str, limit: int = 24) -> str:
     return md_escape(visible(piece), limit)
 
 
+def chip_labels(pieces, limit: int = 24) -> list[str]:
+    """Chip labels for a whole prompt, each one distinct: st.pills keeps its value as the chip's label,
+    so two equal labels ("the" twice) would make a rerun select the other chip. A repeat gets
+    zero-width spaces appended (invisible), one more for each earlier chip with the same text."""
+    seen: dict[str, int] = {}
+    labels = []
+    for piece in pieces:
+        label = chip_label(piece, limit)
+        n = seen.get(label, 0)
+        seen[label] = n + 1
+        labels.append(label + "\u200b" * n)
+    return labels
+
+
 def plot_label(piece: str, limit: int = 24) -> str:
     """Label for plotly text, which interprets a few HTML tags and entities: escape them."""
     text = visible(piece)

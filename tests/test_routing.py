@@ -277,3 +277,11 @@ def test_labels_make_whitespace_visible_and_markup_inert():
     assert rt.plot_label("<b>x</b>") == "&lt;b&gt;x&lt;/b&gt;"
     labels = [rt.chip_label(p) for p in (" ", "\n", "\t", "  ")]
     assert all(labels) and len(set(labels)) == 4
+
+
+def test_chip_labels_are_distinct_even_when_pieces_repeat():
+    pieces = ["a", " b", "a", " b", "a", "<i>"]
+    labels = rt.chip_labels(pieces)
+    assert len(set(labels)) == len(labels)
+    assert [lab.replace("\u200b", "") for lab in labels] == [rt.chip_label(p) for p in pieces]
+    assert labels[0] == rt.chip_label("a")              # a first occurrence is unchanged

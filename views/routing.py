@@ -34,8 +34,9 @@ T = len(prompt.ids)
 note = rs.place_token(prompt.ids)
 if note:
     st.info(note, icon=":material/link_off:")
+chips = rt.chip_labels(prompt.pieces)
 token = st.pills("Token: click one to follow it through the layers", list(range(T)), key=rs.K_TOKEN,
-                 format_func=lambda i: rt.chip_label(prompt.pieces[i]),
+                 format_func=chips.__getitem__,
                  help="␣ is a space, ↵ a line break; a token can be part of a word.")
 if token is None:                                # the chip was clicked again: stay on the previous token
     token = min(st.session_state.get("routing_token_last", T - 1), T - 1)
