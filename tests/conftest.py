@@ -105,10 +105,13 @@ def shot_dir():
 
 
 def settle(page, timeout=240_000):
-    """Wait until the app is idle twice, half a second apart (a rerun can start just after the first)."""
+    """Wait until the app is idle twice, half a second apart (a rerun can start just after the first),
+    and until no element is still a loading skeleton (charts, code boxes and page links load their
+    code lazily and show a stSkeleton placeholder until then)."""
     page.wait_for_selector(IDLE, timeout=timeout)
     time.sleep(0.5)
     page.wait_for_selector(IDLE, timeout=timeout)
+    page.wait_for_function("!document.querySelector('[data-testid=\"stSkeleton\"]')", timeout=timeout)
 
 
 @pytest.fixture()

@@ -13,7 +13,8 @@ ui.page_header(
     "MLA), 896 experts with 16 routed per token plus 2 shared, Block AttnRes in blocks of 12, with only "
     "the widths shrunk. It was trained here, on the CPU, on the documentation and code that ship with "
     "Python. **It is not Kimi K3's weights** and knows nothing K3 knows.",
-    "compare the validation loss with the unigram baseline, then look at how the expert loads stay even.",
+    "compare the validation loss with the unigram baseline, then compare how even the expert loads are on "
+    "held-out text and on training text.",
 )
 lv = live()
 banner(lv)

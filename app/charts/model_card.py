@@ -34,8 +34,8 @@ def training_figure(log: pd.DataFrame, unigram: float | None = None, window: int
         for row in (1, 2):
             fig.add_vrect(x0=quant["step"].min(), x1=log["step"].max(), fillcolor=theme.OKABE_ITO["yellow"],
                           opacity=0.12, line_width=0, row=row, col=1)
-        fig.add_annotation(x=quant["step"].min(), y=1, yref="paper", text="MXFP4 experts (QAT)",
-                           showarrow=False, xanchor="left", yanchor="bottom", font=dict(size=11))
+        fig.add_annotation(x=log["step"].max(), y=1, yref="paper", text="MXFP4 experts (QAT)",
+                           showarrow=False, xanchor="right", yanchor="top", font=dict(size=11))
     fig.update_xaxes(title="training step", row=2, col=1)
     fig.update_layout(height=560, margin=dict(l=10, r=10, t=40, b=10), legend=dict(orientation="h", y=-0.15))
     return fig
