@@ -33,7 +33,6 @@ import asyncio
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
 import tempfile
@@ -47,6 +46,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from app.navigation import PAGES  # noqa: E402
+from tests.conftest import chromium_path, free_port  # noqa: E402  (one definition of each)
 
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                   "--disable-background-networking", "--disable-component-update", "--disable-sync"]
@@ -105,21 +105,6 @@ GRID_TITLE_JS = """() => {
 
 
 # ---- the server and its memory ---------------------------------------------------------------------
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def chromium_path() -> str | None:
-    import shutil
-    for cand in (os.environ.get("K3_CHROMIUM"), "/usr/bin/chromium", shutil.which("chromium"),
-                 shutil.which("chromium-browser")):
-        if cand and os.path.exists(cand):
-            return cand
-    return None
-
 
 def tree_rss(pid: int) -> int:
     """Resident memory in bytes of a process and all its descendants (psutil if present, else /proc)."""
