@@ -104,6 +104,21 @@ def shot_dir():
     return d
 
 
+def open_app_page(path: str, params: dict | None = None, allow_errors: bool = True):
+    """AppTest of one page: the app runs once (its first page drops link parameters it does not use),
+    then the link parameters are set and the page is opened. Fails on any exception (and on st.error
+    unless allow_errors)."""
+    from streamlit.testing.v1 import AppTest
+    at = AppTest.from_file(str(ROOT / "streamlit_app.py"), default_timeout=600).run()
+    for k, v in (params or {}).items():
+        at.query_params[k] = v
+    at.switch_page(path).run()
+    assert not at.exception, [e.value for e in at.exception]
+    if not allow_errors:
+        assert not at.error, [e.value for e in at.error]
+    return at
+
+
 def settle(page, timeout=240_000):
     """Wait until the app is idle twice, half a second apart (a rerun can start just after the first),
     and until no element is still a loading skeleton (charts, code boxes and page links load their

@@ -2,16 +2,14 @@
 against the accounting, measured cache counts, and bad prompts and link parameters."""
 import base64
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
-from streamlit.testing.v1 import AppTest
+from tests.conftest import open_app_page
 
 from model import memory
 from model.config import K3Config
 
-ROOT = Path(__file__).resolve().parent.parent
 PAGE = "views/attention.py"
 
 
@@ -37,13 +35,8 @@ def memory_chart(at) -> dict:
                 if any(str(t.get("name", "")).startswith("K3 hybrid") for t in s["data"]))
 
 
-def open_page(params: dict | None = None) -> AppTest:
-    at = AppTest.from_file(str(ROOT / "streamlit_app.py"), default_timeout=180).run()
-    for k, v in (params or {}).items():      # after the first run: the Overview drops what it does not use
-        at.query_params[k] = v
-    at.switch_page(PAGE).run()
-    assert not at.exception, [e.value for e in at.exception]
-    return at
+def open_page(params: dict | None = None):
+    return open_app_page(PAGE, params)
 
 
 @pytest.fixture(scope="module")

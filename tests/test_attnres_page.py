@@ -1,22 +1,15 @@
 """AppTest of the Attention Residuals page: link counts shown for L = 93 in both views, live counts
 beside the closed forms, the heatmap, the retrieval answer, memory, and bad link parameters."""
 import json
-from pathlib import Path
 
 import pytest
-from streamlit.testing.v1 import AppTest
+from tests.conftest import open_app_page
 
-ROOT = Path(__file__).resolve().parent.parent
 PAGE = "views/attnres.py"
 
 
-def open_page(params: dict | None = None) -> AppTest:
-    at = AppTest.from_file(str(ROOT / "streamlit_app.py"), default_timeout=180).run()
-    for k, v in (params or {}).items():      # after the first run: the Overview drops what it does not use
-        at.query_params[k] = v
-    at.switch_page(PAGE).run()
-    assert not at.exception, [e.value for e in at.exception]
-    return at
+def open_page(params: dict | None = None):
+    return open_app_page(PAGE, params)
 
 
 def metrics(at) -> dict:

@@ -2,22 +2,14 @@
 parallelism (widgets, link parameters, bad input, and one real distributed run from the button)."""
 import base64
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
-from streamlit.testing.v1 import AppTest
-
-ROOT = Path(__file__).resolve().parent.parent
+from tests.conftest import open_app_page
 
 
-def open_page(path, params=None):
-    at = AppTest.from_file(str(ROOT / "streamlit_app.py"), default_timeout=300).run()
-    for k, v in (params or {}).items():      # after the first page, which drops parameters it does not use
-        at.query_params[k] = v
-    at.switch_page(path).run()
-    assert not at.exception, [e.value for e in at.exception]
-    return at
+
+open_page = open_app_page
 
 
 def figures(at):

@@ -2,21 +2,13 @@
 (charts present, widgets change the numbers, link parameters reproduce a view, bad links are clamped
 with a notice, ?claim=6 shows claim 6)."""
 import json
-from pathlib import Path
 
-from streamlit.testing.v1 import AppTest
+from tests.conftest import open_app_page
 
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def open_page(path, params=None):
-    at = AppTest.from_file(str(ROOT / "streamlit_app.py"), default_timeout=600).run()
-    for k, v in (params or {}).items():      # after the first page, which drops parameters it does not use
-        at.query_params[k] = v
-    at.switch_page(path).run()
-    assert not at.exception, [e.value for e in at.exception]
-    assert not at.error, [e.value for e in at.error]
-    return at
+    return open_app_page(path, params, allow_errors=False)
 
 
 def figures(at):
