@@ -2,11 +2,10 @@
 changes when the routing is overridden. Pure functions of a forward's trace (no Streamlit), plus thin
 cached wrappers at the end for the page.
 
-assets/heldout_sample.txt was cut once (by hand-run Python, no script kept) from the validation split
-of the training corpus, model.corpus.split(model.corpus.documents())[1]: documents 12, 42, 57 and 96
-(docstrings with numbers), the first paragraphs of 115 (a reference-manual topic) and three functions
-of 116 and 118 (standard-library source). The live model never trained on it. Reading it at start-up
-from the corpus would cost ~5 s of document collection, so the sample ships as a small file.
+assets/heldout_sample.txt is built by `python -m model.corpus` (model.corpus.heldout_sample) from the
+validation split: docstrings with numbers, the opening of a reference-manual topic and two functions of
+standard-library code, none of whose paragraphs occurs in the training split (tests/test_corpus.py).
+Building it at start-up would cost ~5 s of document collection, so the sample ships as a small file.
 """
 from __future__ import annotations
 

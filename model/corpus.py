@@ -10,10 +10,13 @@ from __future__ import annotations
 import ast
 import hashlib
 import sysconfig
+import re
+import textwrap
 from pathlib import Path
 
 SKIP = {"site-packages", "test", "tests", "idlelib", "lib2to3", "tkinter", "turtledemo", "ensurepip"}
 SEPARATOR = "\n\n"
+SAMPLE_PATH = Path(__file__).resolve().parent.parent / "assets" / "heldout_sample.txt"
 
 
 def _stdlib_files() -> list[Path]:
@@ -55,20 +58,113 @@ def source_code(max_chars: int = 2_000_000) -> list[str]:
     return out
 
 
+PIECE_CHARS = 3000
+HOLD_OUT_EVERY = 12
+
+
+def pieces(text: str, max_chars: int = PIECE_CHARS) -> list[str]:
+    """Cut `text` at the first blank line after every `max_chars` characters (no text is lost)."""
+    out, cur, size = [], [], 0
+    for line in text.splitlines(keepends=True):
+        cur.append(line)
+        size += len(line)
+        if size >= max_chars and not line.strip():
+            out.append("".join(cur))
+            cur, size = [], 0
+    if cur:
+        out.append("".join(cur))
+    return out
+
+
+KINDS = ("docstring", "manual", "code")
+
+
+def documents_by_kind() -> dict[str, list[str]]:
+    """The three kinds of text, each long text cut into pieces of about PIECE_CHARS characters."""
+    whole = {"docstring": docstrings(), "manual": manual_topics(), "code": source_code()}
+    return {kind: [p for d in docs for p in pieces(d)] for kind, docs in whole.items()}
+
+
 def documents() -> list[str]:
-    """Every document, in a fixed order: docstrings, manual topics, then source files."""
-    return docstrings() + manual_topics() + source_code()
+    """Every document, in a fixed order: docstrings, manual topics, then source files, each long text
+    cut into pieces of about PIECE_CHARS characters. Whole files would make a held-out split of a few
+    dozen documents dominated by two or three large modules (difflib alone was half of the first one)."""
+    return [d for docs in documents_by_kind().values() for d in docs]
 
 
-def split(docs: list[str], every: int = 50) -> tuple[list[str], list[str]]:
-    """(train, validation): every 50th document is held out, so both see all three kinds of text."""
+def split(docs: list[str], every: int = HOLD_OUT_EVERY) -> tuple[list[str], list[str]]:
+    """(train, validation): every 12th document (piece) is held out, so the held-out text has about
+    the training mix of docstrings, manual prose and code (checked in tests/test_corpus.py)."""
     val = [d for i, d in enumerate(docs) if i % every == every - 1]
     train = [d for i, d in enumerate(docs) if i % every != every - 1]
     return train, val
 
 
-def fingerprint(docs: list[str]) -> str:
-    h = hashlib.sha256()
+def fingerprint(docs: list[str], every: int = HOLD_OUT_EVERY) -> str:
+    """Hash of the documents, their boundaries and the split rule (a cache key for their tokens)."""
+    h = hashlib.sha256(f"split every {every}".encode())
     for d in docs:
-        h.update(d.encode("utf-8", "surrogatepass"))
+        b = d.encode("utf-8", "surrogatepass")
+        h.update(len(b).to_bytes(8, "little"))
+        h.update(b)
     return h.hexdigest()[:16]
+
+
+def paragraphs(text: str) -> list[str]:
+    return [p.strip() for p in re.split(r"\n\s*\n", text) if p.strip()]
+
+
+def _functions(code: str) -> list[str]:
+    """`def` blocks of a piece of source: a def line and every following line indented deeper (or blank)."""
+    lines, out = code.splitlines(), []
+    for i, line in enumerate(lines):
+        m = re.match(r"( *)def ", line)
+        if not m:
+            continue
+        j = i + 1
+        while j < len(lines) and (not lines[j].strip() or len(lines[j]) - len(lines[j].lstrip()) > len(m.group(1))):
+            j += 1
+        out.append(textwrap.dedent("\n".join(lines[i:j]).rstrip()))
+    return out
+
+
+def heldout_sample(by_kind: dict[str, list[str]] | None = None) -> str:
+    """The short held-out text the app's pages run (assets/heldout_sample.txt, about 3,000 characters):
+    four docstrings that contain numbers, the opening of a reference-manual topic (its title underlined) and two functions of
+    standard-library code, spread over the validation split. Only text none of whose paragraphs occurs
+    anywhere in the training split is taken (a docstring also sits inside its module's source, which may
+    be training text). Deterministic: `python -m model.corpus` rewrites the same file."""
+    by_kind = by_kind or documents_by_kind()
+    docs = [d for v in by_kind.values() for d in v]
+    kinds = [k for k, v in by_kind.items() for _ in v]
+    train, _ = split(docs)
+    seen = "\n".join(train)
+    held = [(k, d) for i, (k, d) in enumerate(zip(kinds, docs)) if i % HOLD_OUT_EVERY == HOLD_OUT_EVERY - 1]
+
+    def unseen(text: str) -> bool:
+        return all(p not in seen for p in paragraphs(text))
+
+    def spread(items: list[str], n: int) -> list[str]:
+        return items[:: max(1, len(items) // n)][:n]
+
+    numbered = [d for k, d in held if k == "docstring" and 150 <= len(d) <= 700 and re.search(r"\d", d)]
+    topic = next(d for k, d in held if k == "manual" and len(d) > 1000 and re.match(r"[^\n]+\n\*+\n", d) and unseen(d[:800]))
+    functions = [f for k, d in held if k == "code" for f in _functions(d) if 300 <= len(f) <= 900]
+    parts = [d.strip() for d in spread([d for d in numbered if unseen(d)], 4)]
+    opening = []
+    for para in paragraphs(topic):
+        opening.append(para)
+        if sum(map(len, opening)) > 600:
+            break
+    parts.append("\n\n".join(opening))
+    parts += spread([f for f in functions if unseen(f)], 2)
+    return "\n\n".join(parts) + "\n"
+
+
+if __name__ == "__main__":
+    by_kind = documents_by_kind()
+    SAMPLE_PATH.write_text(heldout_sample(by_kind), encoding="utf-8")
+    docs = [d for v in by_kind.values() for d in v]
+    train, val = split(docs)
+    print(f"{len(docs):,} documents: {len(train):,} for training, {len(val):,} held out; "
+          f"wrote {SAMPLE_PATH} ({len(SAMPLE_PATH.read_text(encoding='utf-8')):,} characters)")

@@ -3,9 +3,10 @@
 Measured on held-out text (the validation split of model/corpus.py), for the trained checkpoint and
 for the untrained instance with the same config and seed:
 * cross-entropy per token, beside a unigram baseline (token frequencies of the training split);
-* expert load on a held-out batch (max/mean per MoE layer, experts that receive no token), on one
-  contiguous stretch of held-out text, on 128 windows spread over the held-out split, and on 128
-  windows of the training split (the traffic the balancing biases were set for);
+* expert load (max/mean per MoE layer, experts that receive no token) on a held-out batch of
+  512 x 128 tokens drawn like a training batch (windows spread over the held-out split), on one
+  contiguous stretch of held-out text, and on a batch of the training split (the traffic the
+  balancing biases were set from);
 * specialisation: mutual information between a token's character class (word, digit, punctuation,
   whitespace, Python keyword) and the experts it is routed to, averaged over the MoE layers;
 * a short greedy continuation of a fixed prompt.
@@ -29,8 +30,9 @@ from model.tokenizer import Tokenizer
 
 EVAL_PATH = ASSETS / "k3_tiny_eval.json"
 CLASSES = ("word", "digit", "punct", "space", "keyword")
-SAMPLE_PROMPT = "def "
+SAMPLE_PROMPTS = ("    if ", "Return the ")   # one inside code, one starting a docstring sentence
 CHUNK = 128
+BATCH_WINDOWS = 512     # a held-out batch of 512 x 128 = 65,536 tokens, one calibration update's worth
 
 
 def char_class(piece: str) -> str:
@@ -137,13 +139,13 @@ def main(n_tokens: int = 16384):
         "unigram_cross_entropy": unigram_cross_entropy(train, val[:n_tokens + 1][1:], tok.vocab_size),
         "uniform_cross_entropy": math.log(tok.vocab_size),
         "trained": measure(model, tok, val, n_tokens),
-        # the same load statistic on windows spread over the held-out split, and on windows of the
-        # training split (the traffic the biases were balanced for): balance depends on the traffic
-        "load_heldout_windows": load_on_windows(model, val),
-        "load_training_windows": load_on_windows(model, train, seed=999),
+        # the balance target: max/mean expert load on a held-out batch drawn the way training batches
+        # are (windows spread over the split), as large as one bias update of the calibration; and the
+        # same on a batch of the training split, the traffic the biases were balanced for
+        "load_heldout_batch": load_on_windows(model, val, n_windows=BATCH_WINDOWS),
+        "load_training_batch": load_on_windows(model, train, n_windows=BATCH_WINDOWS, seed=999),
         "untrained": measure(untrained, tok, val, n_tokens),
-        "sample_prompt": SAMPLE_PROMPT,
-        "greedy_sample": greedy(model, tok, SAMPLE_PROMPT),
+        "greedy_samples": [{"prompt": p, "text": greedy(model, tok, p)} for p in SAMPLE_PROMPTS],
         "seconds": None,
     }
     result["seconds"] = round(time.time() - t0, 1)
@@ -152,10 +154,11 @@ def main(n_tokens: int = 16384):
     print(f"cross-entropy: trained {tr['cross_entropy']:.3f}, untrained {un['cross_entropy']:.3f}, "
           f"unigram {result['unigram_cross_entropy']:.3f}, uniform {result['uniform_cross_entropy']:.3f}")
     print(f"max/mean load {tr['max_mean_load']}, dead {tr['dead_experts']}")
-    print(f"max/mean load on held-out windows {result['load_heldout_windows']}, "
-          f"on training windows {result['load_training_windows']}")
+    print(f"max/mean load on a held-out batch {result['load_heldout_batch']}, "
+          f"on a training batch {result['load_training_batch']}")
     print(f"class-expert MI: trained {tr['class_expert_mi_bits']:.3f} bits, untrained {un['class_expert_mi_bits']:.3f}")
-    print(f"greedy from {SAMPLE_PROMPT!r}: {result['greedy_sample']!r}")
+    for g in result["greedy_samples"]:
+        print(f"greedy from {g['prompt']!r}: {g['text']!r}")
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ encodes (unknown characters fall back to their UTF-8 bytes); pieces are word pie
 """
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 from tokenizers import Tokenizer as HFTokenizer
@@ -29,6 +30,10 @@ class Tokenizer:
         if not path.exists():
             raise FileNotFoundError(f"{path} is missing: run `python -m model.tokenizer` to train it")
         return cls(HFTokenizer.from_file(str(path)))
+
+    def digest(self) -> str:
+        """Short hash of the tokenizer's definition (vocabulary, merges, settings)."""
+        return hashlib.sha256(self._tk.to_str().encode("utf-8")).hexdigest()[:12]
 
     def encode(self, text: str) -> list[int]:
         if not isinstance(text, str):

@@ -48,7 +48,8 @@ def token_arrays(tok: Tokenizer) -> tuple[np.ndarray, np.ndarray, dict]:
     docs = documents()
     key = fingerprint(docs)
     RUNS.mkdir(exist_ok=True)
-    cache = RUNS / f"tokens-{key}.npz"
+    # keyed by the corpus, its split and the tokenizer: a change to any of them re-tokenises
+    cache = RUNS / f"tokens-{key}-{tok.digest()}.npz"
     train_docs, val_docs = split(docs)
     if cache.exists():
         z = np.load(cache)

@@ -206,7 +206,7 @@ ui.chart(fingerprint_figure(layers, probs, mask, layer if layer else None),
 
 if expert is not None:
     with held_slot.container():
-        with st.spinner("Routing the held-out sample once (about 900 tokens, a few seconds)…"):
+        with st.spinner("Routing the held-out sample once (about 1,000 tokens, a few seconds)…"):
             held = rt.heldout()
         i = held.layers.index(layer)
         st.markdown(f"**Held-out text that scores it highest** (chosen by {held.chosen_count[i, expert]} of "
