@@ -5,6 +5,9 @@ from app import ui
 from app.charts.model_card import bias_figure, training_figure
 from app.live import banner, live
 from app.model_card import balanced_floor, config_table, load_json, train_log
+from model.config import K3Config
+
+TINY = K3Config.tiny()
 
 ui.ignore_unknown_params()
 ui.page_header(
@@ -30,13 +33,17 @@ if card:
     cols[3].metric("Checkpoint", f"{card.get('bytes', 0) / 1e6:.1f} MB")
     st.markdown(
         f"- **Data**: docstrings and reference-manual topics of the CPython 3.11 "
-        f"standard library, plus part of its source code ({data.get('documents', 0):,} documents, "
-        f"{data.get('train_chars', 0):,} characters for training; every 50th document held out for "
-        f"validation, {data.get('val_tokens', 0):,} tokens). Licence: {card.get('corpus_licence', 'PSF')}.\n"
+        f"standard library, plus part of its source code, cut at blank lines into "
+        f"{data.get('documents', 0):,} pieces of about 3,000 characters; every 12th piece is held out for "
+        f"validation ({data.get('val_documents', 0):,} pieces, {data.get('val_tokens', 0):,} tokens), so "
+        f"held-out text has the training mix of docstrings, manual prose and code; "
+        f"{data.get('train_chars', 0):,} characters for training. "
+        f"Licence: {card.get('corpus_licence', 'PSF')}.\n"
         f"- **Tokenizer**: {card.get('tokenizer', '')}, trained by `python -m model.tokenizer` on the same "
         "training split; any Unicode text encodes (unknown characters fall back to bytes).\n"
         f"- **Training**: `python -m model.train`: {card.get('steps', 0):,} steps of {card.get('batch')} x "
-        f"{card.get('seq_len')} tokens on {card.get('hardware', '?')}, AdamW (peak learning rate "
+        f"{card.get('seq_len')} tokens in {card.get('train_minutes_this_run', '?')} minutes on "
+        f"{card.get('hardware', '?')}, AdamW (peak learning rate "
         f"{card.get('lr')}), Quantile Balancing after every step, and routed experts quantised to MXFP4 "
         f"with MXFP8 activations from step {card.get('quant_from_step', 0):,} on (quantisation-aware, as "
         f"K3), seed {card.get('seed')}.\n"
@@ -47,7 +54,8 @@ if card:
     cal = card.get("balance_calibration")
     if cal:
         st.markdown(
-            f"- **Balance calibration** (after training, `python -m model.train --calibrate-only`): a training "
+            f"- **Balance calibration** (the last phase of `python -m model.train`; alone: `--calibrate-only`): "
+            f"a training "
             f"step holds only {card.get('batch', 8) * card.get('seq_len', 128):,} tokens, about "
             f"{card.get('batch', 8) * card.get('seq_len', 128) * 16 / 896:.0f} per expert, too few for a "
             f"stable quantile, so with every weight frozen Quantile Balancing re-set the biases from "
@@ -73,26 +81,41 @@ if ev:
                    delta=f"{tr['class_expert_mi_bits'] - un['class_expert_mi_bits']:+.3f} vs untrained",
                    help="Mutual information between a token's kind (word, digit, punctuation, whitespace, "
                         "Python keyword) and the experts it is routed to, mean over the 92 MoE layers.")
-    floor = balanced_floor(ev["held_out_tokens"])
-    st.caption(
-        f"Computed by `python -m model.evaluate` on {ev['held_out_tokens']:,} held-out tokens (nats per token). "
-        f"Expert load on that held-out text: max/mean {tr['max_mean_load']['median_over_layers']:.2f} in the "
-        f"median layer, {tr['max_mean_load']['max_over_layers']:.2f} in the worst; experts that received no "
-        f"token: {tr['dead_experts']['total']} over all 92 layers. For scale: a perfectly balanced router "
-        f"(every token picking 16 experts at random) would show {floor['median_layer']:.2f} and "
-        f"{floor['worst_layer']:.2f} on that many tokens, from sampling noise alone (computed, Monte Carlo).")
-    hw, tw = ev.get("load_heldout_windows"), ev.get("load_training_windows")
-    if hw and tw:
+    st.caption(f"Cross-entropy in nats per token on {ev['held_out_tokens']:,} contiguous held-out tokens, "
+               "computed by `python -m model.evaluate` (lower is better).")
+    hb, tb = ev.get("load_heldout_batch"), ev.get("load_training_batch")
+    if hb and tb:
+        floor = balanced_floor(hb["tokens"])
+        cols = st.columns(4)
+        cols[0].metric("Expert load, held-out batch", f"{hb['median_over_layers']:.2f}",
+                       help="The busiest expert's token count over the mean count (1.00 is perfectly even), "
+                            "in the median of the 92 MoE layers.")
+        cols[1].metric("Worst layer", f"{hb['max_over_layers']:.2f}")
+        cols[2].metric("Experts left without tokens", f"{hb['dead_experts']}", help="Over all 92 MoE layers.")
+        cols[3].metric("Balanced router, same batch", f"{floor['median_layer']:.2f}",
+                       help="Every token picking 16 experts at random: the load that sampling noise alone "
+                            f"gives on {hb['tokens']:,} tokens (worst layer {floor['worst_layer']:.2f}; "
+                            "computed, Monte Carlo).")
         st.caption(
-            f"Balance depends on the traffic. On {hw['tokens']:,} tokens in windows spread over the held-out "
-            f"documents: max/mean {hw['median_over_layers']:.2f} (median layer), {hw['max_over_layers']:.2f} "
-            f"(worst). On as many tokens of training-split windows, the mix of text the biases were balanced "
-            f"for: {tw['median_over_layers']:.2f} and {tw['max_over_layers']:.2f}. The held-out split is only "
-            f"{card.get('data', {}).get('val_documents', '?') if card else '?'} documents, so its mix of code, "
-            "prose and punctuation differs from training, and experts that specialise in what it has more of "
-            "get more of it: Quantile Balancing evens the load of the traffic it is fed, not of every text.")
-    st.markdown("**A greedy continuation** (the model picks its most likely next token 40 times):")
-    st.code(ev["sample_prompt"] + ev["greedy_sample"], language=None)
+            f"Expert load measured by `python -m model.evaluate` on a held-out batch of {hb['tokens']:,} tokens: "
+            f"{hb['tokens'] // 128:,} windows of 128 tokens drawn across the held-out split, the way training "
+            f"batches are drawn, routed with the biases frozen as shipped (the project's target: at most 1.3, "
+            f"no expert without tokens). A batch of as many training-split "
+            f"tokens: {tb['median_over_layers']:.2f} (median layer) and {tb['max_over_layers']:.2f} (worst).")
+    tr_load, n_c = tr["max_mean_load"], ev["held_out_tokens"]
+    floor_c = balanced_floor(n_c)
+    st.caption(
+        f"Balance depends on the traffic: on one contiguous stretch of {n_c:,} held-out tokens (a few "
+        f"documents in a row) the load is {tr_load['median_over_layers']:.2f} in the median layer and "
+        f"{tr_load['max_over_layers']:.2f} in the worst, against {floor_c['median_layer']:.2f} and "
+        f"{floor_c['worst_layer']:.2f} from sampling noise alone, and {tr['dead_experts']['total']} of the "
+        f"{len(TINY.moe_layers) * TINY.n_routed_experts:,} layer-experts get no token. Experts specialise, so a few documents "
+        "of one kind crowd the experts of that kind: Quantile Balancing evens the load of the mix of text "
+        "it is set from, not of every stretch of text.")
+    st.markdown("**Greedy continuations** (the model picks its most likely next token 40 times), from a "
+                "prompt inside code and from the start of a docstring sentence:")
+    for g in ev.get("greedy_samples", []):
+        st.code(g["prompt"] + g["text"], language=None)
     st.caption("A tiny model trained for about an hour on a CPU: expect plausible Python-documentation "
                "texture, not sense.")
 else:
