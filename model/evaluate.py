@@ -111,7 +111,8 @@ def load_on_windows(model: K3Model, data: np.ndarray, n_windows: int = 128, seed
             loads[i] += expert_load(out.trace.experts(i).reshape(-1, k), E).float()
     ratios = [(v.max() / v.mean()).item() for v in loads.values()]
     return {"tokens": int(len(starts) * CHUNK), "median_over_layers": float(np.median(ratios)),
-            "max_over_layers": max(ratios), "dead_experts": int(sum(int((v == 0).sum()) for v in loads.values()))}
+            "max_over_layers": max(ratios), "dead_experts": int(sum(int((v == 0).sum()) for v in loads.values())),
+            "per_layer": [round(r, 4) for r in ratios]}
 
 
 @torch.no_grad()

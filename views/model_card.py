@@ -100,7 +100,8 @@ if ev:
             f"Expert load measured by `python -m model.evaluate` on a held-out batch of {hb['tokens']:,} tokens: "
             f"{hb['tokens'] // 128:,} windows of 128 tokens drawn across the held-out split, the way training "
             f"batches are drawn, routed with the biases frozen as shipped (the project's target: at most 1.3, "
-            f"no expert without tokens). A batch of as many training-split "
+            f"no expert without tokens; {sum(r <= 1.3 for r in hb.get('per_layer', []))} of "
+            f"{len(hb.get('per_layer', []))} layers meet it). A batch of as many training-split "
             f"tokens: {tb['median_over_layers']:.2f} (median layer) and {tb['max_over_layers']:.2f} (worst).")
     tr_load, n_c = tr["max_mean_load"], ev["held_out_tokens"]
     floor_c = balanced_floor(n_c)
