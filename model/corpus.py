@@ -95,9 +95,14 @@ def documents() -> list[str]:
 def split(docs: list[str], every: int = HOLD_OUT_EVERY) -> tuple[list[str], list[str]]:
     """(train, validation): every 12th document (piece) is held out, so the held-out text has about
     the training mix of docstrings, manual prose and code (checked in tests/test_corpus.py)."""
-    val = [d for i, d in enumerate(docs) if i % every == every - 1]
-    train = [d for i, d in enumerate(docs) if i % every != every - 1]
+    val = [d for i, d in enumerate(docs) if held_out(i, every)]
+    train = [d for i, d in enumerate(docs) if not held_out(i, every)]
     return train, val
+
+
+def held_out(i: int, every: int = HOLD_OUT_EVERY) -> bool:
+    """Whether document i (in the order of documents()) belongs to the validation split."""
+    return i % every == every - 1
 
 
 def fingerprint(docs: list[str], every: int = HOLD_OUT_EVERY) -> str:
@@ -130,8 +135,8 @@ def _functions(code: str) -> list[str]:
 
 def heldout_sample(by_kind: dict[str, list[str]] | None = None) -> str:
     """The short held-out text the app's pages run (assets/heldout_sample.txt, about 3,000 characters):
-    four docstrings that contain numbers, the opening of a reference-manual topic (its title underlined) and two functions of
-    standard-library code, spread over the validation split. Only text none of whose paragraphs occurs
+    four docstrings that contain numbers, the opening of a reference-manual topic (its title
+    underlined) and two functions of standard-library code, spread over the validation split. Only text none of whose paragraphs occurs
     anywhere in the training split is taken (a docstring also sits inside its module's source, which may
     be training text). Deterministic: `python -m model.corpus` rewrites the same file."""
     by_kind = by_kind or documents_by_kind()
@@ -139,7 +144,7 @@ def heldout_sample(by_kind: dict[str, list[str]] | None = None) -> str:
     kinds = [k for k, v in by_kind.items() for _ in v]
     train, _ = split(docs)
     seen = "\n".join(train)
-    held = [(k, d) for i, (k, d) in enumerate(zip(kinds, docs)) if i % HOLD_OUT_EVERY == HOLD_OUT_EVERY - 1]
+    held = [(k, d) for i, (k, d) in enumerate(zip(kinds, docs)) if held_out(i)]
 
     def unseen(text: str) -> bool:
         return all(p not in seen for p in paragraphs(text))
@@ -148,7 +153,8 @@ def heldout_sample(by_kind: dict[str, list[str]] | None = None) -> str:
         return items[:: max(1, len(items) // n)][:n]
 
     numbered = [d for k, d in held if k == "docstring" and 150 <= len(d) <= 700 and re.search(r"\d", d)]
-    topic = next(d for k, d in held if k == "manual" and len(d) > 1000 and re.match(r"[^\n]+\n\*+\n", d) and unseen(d[:800]))
+    titled = re.compile(r"[^\n]+\n\*+\n")                             # a topic's first piece
+    topic = next(d for k, d in held if k == "manual" and len(d) > 1000 and titled.match(d) and unseen(d[:800]))
     functions = [f for k, d in held if k == "code" for f in _functions(d) if 300 <= len(f) <= 900]
     parts = [d.strip() for d in spread([d for d in numbered if unseen(d)], 4)]
     opening = []
