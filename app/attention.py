@@ -69,15 +69,11 @@ def schedule(cfg: K3Config) -> pd.DataFrame:
 # ---- live state vs live cache ---------------------------------------------------------------------
 
 def kda_layer_input(model: K3Model, out: K3Output, layer: int) -> torch.Tensor:
-    """The input x [1, T, d] the KDA layer saw in this forward, recomputed from the residual state
-    entering the layer (its AttnRes read, then the pre-norm). Works on copies: the trace is shared."""
-    block = model.layers[layer]
-    if block.kind != "kda":
+    """The input x [1, T, d] the KDA layer saw in this forward (its AttnRes read, then the pre-norm),
+    as the trace recorded it."""
+    if model.cfg.layer_types[layer] != "kda":
         raise ValueError(f"layer {layer} is not a KDA layer")
-    state = out.trace.snapshots[layer].copy()
-    state.begin_layer(layer)
-    h, _ = state.read(block.q_attn)
-    return block.attn_norm(h)
+    return out.trace.module_input(layer, "attn")
 
 
 @dataclass(frozen=True)
@@ -221,14 +217,18 @@ def compression_planes(cfg: K3Config | None = None, k2: K3Config | None = None) 
 
 @st.cache_data(max_entries=64, show_spinner=False)
 def cached_trajectory(ids: tuple[int, ...], layer: int) -> StateTrajectory:
-    from app.live import forward, live
-    return kda_state_trajectory(live().model, forward(ids), layer)
+    from app.live import computing, forward, live
+    model, out = live().model, forward(ids)
+    with computing():
+        return kda_state_trajectory(model, out, layer)
 
 
 @st.cache_data(max_entries=32, show_spinner=False)
 def cached_decode_counts(ids: tuple[int, ...], steps: int = 3) -> tuple[pd.DataFrame, list[int]]:
-    from app.live import forward, live
-    return decode_counts(live().model, forward(ids), steps)
+    from app.live import computing, forward, live
+    model, out = live().model, forward(ids)
+    with computing():
+        return decode_counts(model, out, steps)
 
 
 @st.cache_resource(max_entries=64, show_spinner=False)

@@ -14,12 +14,17 @@ import torch
 from model.attnres import AttnResQuery, DepthState, block_sizes, link_count, vectors_alive
 from model.k3 import K3Model, K3Output
 
-# The two ways of counting (ARCHITECTURE.md section 1 table).
+# The two ways of counting (docs/ARCHITECTURE.md section 1 table).
 VIEWS = {
     "per-layer": {"reads_per_layer": 1, "output_read": False, "label": "one read per layer"},
     "two-reads": {"reads_per_layer": 2, "output_read": True, "label": "two reads per layer + output"},
 }
 PAPER = "AttnRes paper, arXiv 2603.15031 (same team as K3, self-cited)"
+# Who calls Full AttnRes affordable below 100 layers, and why K3 still uses Block: the K3 report, not
+# the AttnRes paper (the O(L^2 d) arithmetic is affordable; the O(L d) memory and pipeline traffic
+# are the practical overhead).
+AFFORDABLE_SOURCE = "K3 report (arXiv 2607.24653, section 2.2)"
+AFFORDABLE_LAYERS = 100
 
 
 # ---- link counts ----------------------------------------------------------------------------------
@@ -32,6 +37,74 @@ def link_series(block_size: int, view: str, max_layers: int = 200) -> pd.DataFra
         "Full": [link_count(int(n), None, v["reads_per_layer"], v["output_read"]) for n in L],
         "Block": [link_count(int(n), block_size, v["reads_per_layer"], v["output_read"]) for n in L],
     })
+
+
+_SUP = str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹")
+
+
+def sci(x: float, digits: int = 2) -> str:
+    """2.52e8 -> '2.5 × 10⁸' (digits significant figures)."""
+    if x == 0:
+        return "0"
+    e = int(np.floor(np.log10(abs(x))))
+    m = x / 10 ** e
+    if round(m, digits - 1) >= 10:
+        m, e = m / 10, e + 1
+    return f"{m:.{digits - 1}f} × 10{str(e).translate(_SUP)}"
+
+
+def growth_at(block_size: int, depths: tuple[int, ...] = (100, 200)) -> list[dict]:
+    """Block links (one read per layer) at fixed block size S for larger depths, beside their leading
+    term L^2 / (2S): at a fixed block size the number of blocks grows with L, so links grow
+    quadratically, only S times slower than Full's L(L+1)/2. Linear only if the number of blocks is
+    fixed instead (the block size then grows with L)."""
+    return [{"layers": L, "block": link_count(L, block_size, 1), "leading": L * L / (2 * block_size),
+             "full": link_count(L, None, 1)} for L in depths]
+
+
+def growth_note(block_size: int) -> str:
+    """One sentence for the link-count chart: how Block's links grow at the block size the slider sets."""
+    rows = growth_at(block_size)
+    at = ", ".join(f"{r['block']:,} at L = {r['layers']}" for r in rows)
+    return (f"Full AttnRes lets every read see every earlier output, so its links grow like L²/2. Block keeps one "
+            f"sum per block, but at a fixed block size S (what the slider sets) the number of blocks grows with L, "
+            f"so Block's links still grow like L²/(2S), S times slower: {at} at S = {block_size} (one read per "
+            "layer). They grow linearly only if the number of blocks is held fixed.")
+
+
+def depth_attention_macs(num_layers: int, d: int, block_size: int | None = None, reads_per_layer: int = 2,
+                         output_read: bool = True) -> int:
+    """Multiply-adds of depth attention for one token: per link one dot product with the query (the
+    logit) and one scaled add into the mix, d each (the key normalisation adds up to half as much again;
+    not counted). Full AttnRes at K3's 93 layers: 2 x 17,578 x 7,168 = 2.5e8."""
+    return 2 * d * link_count(num_layers, block_size, reads_per_layer, output_read)
+
+
+def affordability(cfg, bytes_per_value: int = 2) -> dict:
+    """Is Full AttnRes affordable at this depth? Depth-attention arithmetic against the rest of the
+    model (one multiply-add per active weight, the accounting's active count) and the memory kept
+    alive per token (vectors x d, bf16), Full against Block, as K3 runs it (two reads per layer plus
+    the output read)."""
+    from model.accounting import count_params
+    L, d, S = cfg.num_layers, cfg.d_model, cfg.attnres_block_size
+    full, block = depth_attention_macs(L, d, None), depth_attention_macs(L, d, S)
+    model_macs = count_params(cfg).active
+    fv, bv = vectors_alive(L, None), vectors_alive(L, S)
+    return {"full_links": link_count(L, None, 2, True), "block_links": link_count(L, S, 2, True),
+            "full_macs": full, "block_macs": block, "model_macs": model_macs, "share": full / model_macs,
+            "full_vectors": fv, "block_vectors": bv, "full_bytes": fv * d * bytes_per_value,
+            "block_bytes": bv * d * bytes_per_value}
+
+
+def affordability_note(cfg) -> str:
+    """Why the shaded region says 'affordable' and why K3 still runs Block, with the numbers."""
+    a = affordability(cfg)
+    return (f"The shaded region is where the {AFFORDABLE_SOURCE} calls Full AttnRes affordable (L < "
+            f"{AFFORDABLE_LAYERS}): its arithmetic is small, {sci(a['full_macs'], 3)} multiply-adds per token at "
+            f"L = {cfg.num_layers}, {a['share']:.2%} of the {sci(a['model_macs'], 3)} of the active weights. K3 still "
+            f"uses Block because of memory: Full keeps {a['full_vectors']} vectors per token alive "
+            f"({a['full_bytes'] / 1e6:.1f} MB in bf16) and moves them between pipeline stages; Block keeps "
+            f"{a['block_vectors']} ({a['block_bytes'] / 1e3:.0f} KB).")
 
 
 @functools.lru_cache(maxsize=256)
@@ -184,15 +257,18 @@ def full_variant(model: K3Model) -> K3Model:
 
 @st.cache_resource(show_spinner="Building the Full-AttnRes variant of the live model…")
 def live_full_model() -> K3Model:
-    from app.live import live
-    return full_variant(live().model)
+    from app.live import computing, live
+    model = live().model
+    with computing():
+        return full_variant(model)
 
 
 @st.cache_resource(max_entries=16, show_spinner=False)
 def full_forward(ids: tuple[int, ...]) -> K3Output:
-    from app.live import MAX_TOKENS
-    with torch.inference_mode():
-        return live_full_model()(torch.tensor([ids]), max_tokens=MAX_TOKENS)
+    from app.live import MAX_TOKENS, computing
+    model = live_full_model()
+    with computing():
+        return model(torch.tensor([ids]), max_tokens=MAX_TOKENS)
 
 
 @st.cache_resource(max_entries=64, show_spinner=False)

@@ -1,13 +1,22 @@
-"""The live tiny K3 shared by every page: loaded once per process, never mutated by a session.
+"""The live tiny K3 shared by every page: one service that owns the model, its lock and its caches.
 
-Pages call `live()` for the model and tokenizer, `prompt_box()` for a validated prompt, and
-`forward()` for a cached forward pass (one per prompt and per set of options). Per-session choices
-are arguments of the forward call (RoutingOverride, quant, activation), never module state.
+* `live()`: the model and tokenizer, loaded once per process and never mutated by a session;
+* `forward()`: a cached forward pass, one per prompt and per RunOptions;
+* `resume()`: a cached re-run of a cached forward from one layer on (model.resume), the Routing
+  explorer's what-if;
+* `computing()`: the one lock every computation on the live model (or on a variant sharing its
+  tensors) holds, so concurrent sessions take turns on the server's few cores;
+* `prepare_prompt()`: a typed prompt validated and tokenised (app/ui.py draws the box).
+
+Per-session choices travel with the call as one frozen RunOptions (routing overrides, quant,
+activation), which is also the cache key; they are never module state.
 """
 from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import streamlit as st
@@ -16,7 +25,7 @@ import torch
 from app.text import md_escape
 from model.checkpoint import CheckpointError, load_pretrained
 from model.config import K3Config
-from model.k3 import K3Model, K3Output, RoutingOverride
+from model.k3 import K3Model, K3Output, RunOptions
 from model.tokenizer import Tokenizer
 
 MAX_CHARS = 2000          # characters kept from a typed prompt
@@ -28,7 +37,10 @@ PRESETS = {
     "Punctuation": "Wait -- really? Yes: (a), [b], {c}; \"quoted\" and 'single'!",
 }
 DEFAULT_PRESET = "Prose"
-_lock = threading.Lock()
+# Reentrant, so a helper that locks can call another that does. Never call a cached function (live,
+# forward, resume, a page's cached_*) while holding it: that call may wait for another thread which is
+# computing the same cache entry and waiting for this lock. Fetch cached inputs first, then lock.
+_LOCK = threading.RLock()
 # One intra-op thread per computation: sessions run concurrently on the server's few cores, and the
 # tiny model's ops are too small to gain from more (64-token forward: ~241 ms on 1 thread, ~226 ms on 2,
 # bench/bench_model.py), so more threads per session would only oversubscribe the cores.
@@ -89,32 +101,40 @@ def prepare_prompt(text: str, tok: Tokenizer) -> Prompt | str:
     return Prompt(tok.decode(ids), tuple(ids), tuple(tok.pieces(ids)), tuple(notices))
 
 
+@contextmanager
+def computing() -> Iterator[None]:
+    """Hold the live model's lock, in inference mode, for one computation on the model."""
+    with _LOCK, torch.inference_mode():
+        yield
+
+
+def forward(ids, routing=None, quant: bool = False, activation: str | None = None, *,
+            options: RunOptions | None = None) -> K3Output:
+    """A cached forward of the live model on one prompt, with the options given whole or as routing /
+    quant / activation. Treat the result as read-only: it is shared by every session that asks the
+    same question."""
+    if options is None:
+        options = RunOptions(routing, quant, activation)
+    elif routing is not None or quant or activation is not None:
+        raise ValueError("pass the options either whole or as routing/quant/activation, not both")
+    return _forward(tuple(int(i) for i in ids), options)
+
+
+def resume(ids, from_layer: int, options: RunOptions) -> K3Output:
+    """forward(ids) re-run from layer `from_layer` on with `options`; model.resume reuses every earlier
+    layer of the cached base forward. Read-only, shared, like forward's."""
+    return _resume(tuple(int(i) for i in ids), int(from_layer), options)
+
+
 @st.cache_resource(max_entries=48, show_spinner=False)
-def _forward(ids: tuple[int, ...], routing_key: tuple, quant: bool, activation: str | None) -> K3Output:
-    lv = live()
-    routing = _routing_from_key(routing_key)
-    with _lock, torch.inference_mode():
-        return lv.model(torch.tensor([ids]), routing=routing, quant=quant, activation=activation,
-                        max_tokens=MAX_TOKENS)
+def _forward(ids: tuple[int, ...], options: RunOptions) -> K3Output:
+    model = live().model
+    with computing():
+        return model(torch.tensor([ids]), options=options, max_tokens=MAX_TOKENS)
 
 
-def forward(ids, routing=None, quant: bool = False, activation: str | None = None) -> K3Output:
-    """A cached forward of the live model on one prompt. Treat the result as read-only: it is
-    shared by every session that asks the same question."""
-    return _forward(tuple(ids), routing_key(routing), quant, activation)
-
-
-def routing_key(routing) -> tuple:
-    if routing is None:
-        return ()
-    if isinstance(routing, RoutingOverride):
-        return (("all", routing),)
-    return tuple(sorted(routing.items()))
-
-
-def _routing_from_key(key: tuple):
-    if not key:
-        return None
-    if key[0][0] == "all":
-        return key[0][1]
-    return dict(key)
+@st.cache_resource(max_entries=8, show_spinner=False)   # ~40 MB each at 128 tokens
+def _resume(ids: tuple[int, ...], from_layer: int, options: RunOptions) -> K3Output:
+    base, model = forward(ids), live().model              # cached: fetched before taking the lock
+    with computing():
+        return model.resume(base, from_layer, options=options)

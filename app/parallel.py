@@ -1,4 +1,5 @@
-"""Data behind the Expert parallelism page (ARCHITECTURE.md section 5; REFERENCES.md claims 8 and 10).
+"""Data behind the Expert parallelism page (docs/ARCHITECTURE.md section 5; docs/REFERENCES.md claims 8
+and 10).
 
 Shards are contiguous: with G devices, device r holds experts r*n/G .. (r+1)*n/G - 1 (model.parallel
 uses the same rule when it runs the layer for real). Tokens start on a source device by position
@@ -26,6 +27,11 @@ DIVISORS = [g for g in range(1, N_EXPERTS + 1) if N_EXPERTS % g == 0]   # 1, 2, 
 RUNNABLE = [g for g in DIVISORS if g <= 8]                                # local processes: 1, 2, 4, 7, 8
 ASSIGN = {"blocks": "position blocks", "round_robin": "round robin"}
 BYTES_BF16 = 2
+# Published by NVIDIA (H200 datasheet): 141 GB of HBM3e per GPU (model/cost.py takes its bandwidth).
+H200_MEMORY = 141e9
+# The Claims page's claim 10 and this page's 8-device default are the second article's illustration
+# ("Kimi K3 Goes Trillion-Scale With Sparse MoE Efficiency"); the K3 report names no expert-parallel size.
+EXAMPLE_G = 8
 
 
 def shard_of(experts: np.ndarray, G: int, n: int = N_EXPERTS) -> np.ndarray:
@@ -112,6 +118,26 @@ def bytes_table(G: int, fanout_measured: float, cfg: K3Config | None = None) -> 
     return df
 
 
+def routed_expert_bytes(cfg: K3Config | None = None) -> float:
+    """Bytes of K3's routed-expert weights as stored (MXFP4, 4.25 bits a value), from the accounting."""
+    from model import cost
+    return next(w.bytes_k3 for w in cost.weight_bytes(cfg or K3Config.full()) if w.component == "routed experts")
+
+
+def example_note(G: int, cfg: K3Config | None = None) -> str:
+    """The 8-GPU picture labelled as what it is, with the memory arithmetic that rules it out for K3."""
+    cfg = cfg or K3Config.full()
+    routed = routed_expert_bytes(cfg)
+    least = math.ceil(routed / H200_MEMORY)
+    fits = [g for g in DIVISORS if g >= least]
+    return (f"{EXAMPLE_G} GPUs with {cfg.n_routed_experts // EXAMPLE_G} experts each is the article's illustration "
+            f"(“Kimi K3 Goes Trillion-Scale With Sparse MoE Efficiency”), not K3's deployment: the K3 report names no "
+            f"expert-parallel size, and K3's routed experts alone hold {routed / 1e12:.2f} TB at MXFP4, more than "
+            f"{EXAMPLE_G} × {H200_MEMORY / 1e9:.0f} GB = {EXAMPLE_G * H200_MEMORY / 1e12:.2f} TB of NVIDIA H200 memory "
+            f"(at least {least} such GPUs, {fits[0]} for an even split). The arithmetic holds at any G: "
+            f"{cfg.n_routed_experts} / {G} = {cfg.n_routed_experts // G} per device.")
+
+
 # ---- running it for real -------------------------------------------------------------------------
 
 _run_lock = threading.Lock()       # one distributed run at a time per server (the machine has few cores)
@@ -145,7 +171,8 @@ def run_layer(model, x: torch.Tensor, layer: int, G: int, assign: str = "blocks"
             run: LocalRun = launch_local(path, G, assign, timeout_s=timeout_s, progress=progress)
     finally:
         _run_lock.release()
-    with torch.inference_mode():
+    from app.live import computing
+    with computing():
         ref, _ = moe(x.unsqueeze(0))
     diff = float((run.y - ref[0]).abs().max())
     ranks = pd.DataFrame([{
@@ -172,6 +199,5 @@ def cached_traffic(ids: tuple[int, ...], layer_pos: int, G: int, assign: str, de
 
 
 def ffn_input_of(ids: tuple[int, ...], layer: int) -> torch.Tensor:
-    from app.live import forward, live
-    from app.situ import ffn_input
-    return ffn_input(live().model, forward(ids), layer)[0]                       # [T, d]
+    from app.live import forward
+    return forward(ids).trace.module_input(layer, "ffn")[0]                     # [T, d]

@@ -1,4 +1,4 @@
-"""Data behind the Quantization lab (ARCHITECTURE.md section 7; APP.md page 8).
+"""Data behind the Quantization lab (docs/ARCHITECTURE.md section 7; docs/APP.md page 8).
 
 The MX value grids, how one block of 32 picks its power-of-two scale, the block scales and the
 quantisation error of a layer's weights, and what rounding does to the live model's behaviour.
@@ -18,7 +18,6 @@ Pure functions first; thin Streamlit-cached wrappers at the end.
 from __future__ import annotations
 
 import math
-import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -69,7 +68,6 @@ VARIANT_HOW = {
            "experts, the dense layer-0 FFN, the LM head) rounded to MXFP4 with blocks of 32; the embedding table, "
            "norms and convolution taps stay as they are.",
 }
-_lock = threading.Lock()
 
 
 # ---- the value grids ------------------------------------------------------------------------------
@@ -120,7 +118,7 @@ class BlockSteps:
 
 
 def explain_block(values, fmt: str) -> BlockSteps:
-    """The steps of ARCHITECTURE.md section 7 for one block (at most 32 values), read off the model's
+    """The steps of docs/ARCHITECTURE.md section 7 for one block (at most 32 values), read off the model's
     own quantiser: X from model.quant.block_scale_exponents, X * P from mx_fake_quant."""
     v = torch.as_tensor(np.asarray(values, dtype=np.float64))
     if v.numel() == 0 or v.numel() > BLOCK:
@@ -383,32 +381,36 @@ def cached_figure(name: str):
 
 @st.cache_data(max_entries=128, show_spinner=False)
 def cached_layer_scales(layer: int) -> pd.DataFrame:
-    from app.live import live
-    return layer_scale_exponents(live().model, layer)
+    from app.live import computing, live
+    model = live().model
+    with computing():
+        return layer_scale_exponents(model, layer)
 
 
 @st.cache_data(max_entries=128, show_spinner=False)
 def cached_layer_errors(layer: int) -> tuple[pd.DataFrame, bool]:
-    from app.live import live
+    from app.live import computing, live
     m = live().model
-    return layer_errors(m, layer), experts_already_mxfp4(m, layer)
+    with computing():
+        return layer_errors(m, layer), experts_already_mxfp4(m, layer)
 
 
 @st.cache_resource(max_entries=3, show_spinner=False)
 def _variant(variant: str) -> K3Model:
-    from app.live import live
-    with _lock:
-        return variant_model(live().model, variant)
+    from app.live import computing, live
+    model = live().model
+    with computing():
+        return variant_model(model, variant)
 
 
 def _behaviour_of(ids: tuple[int, ...], variant: str | None) -> Behaviour:
-    from app.live import forward
+    from app.live import computing, forward
     if variant is None:
         return behaviour(forward(ids))                      # shared with the other pages
     if variant == "act":
         return behaviour(forward(ids, quant=True))
     m = _variant(variant)
-    with _lock, torch.inference_mode():
+    with computing():
         return behaviour(m(torch.tensor([ids]), record=False, max_tokens=HELDOUT_CHUNK))
 
 
@@ -419,17 +421,18 @@ def cached_prompt_comparison(ids: tuple[int, ...], variant: str) -> Comparison:
 
 @st.cache_resource(show_spinner=False)
 def _heldout_reference() -> tuple[torch.Tensor, Behaviour]:
-    from app.live import live
+    from app.live import computing, live
     lv = live()
     ids = heldout_ids(lv.tokenizer)
-    with _lock:
+    with computing():
         return ids, run(lv.model, ids, None)
 
 
 @st.cache_data(max_entries=8, show_spinner=False)
 def cached_heldout_comparison(variant: str) -> Comparison:
-    from app.live import live
+    from app.live import computing, live
     ids, ref = _heldout_reference()
     variants = {} if variant == "act" else {variant: _variant(variant)}
-    with _lock:
-        return compare(ref, run(live().model, ids, variant, variants))
+    model = live().model
+    with computing():
+        return compare(ref, run(model, ids, variant, variants))

@@ -2,7 +2,7 @@
 
 Curves and derivatives come from the model's own activation functions (torch.autograd on
 model.activations.situ_glu / swiglu); the live numbers come from the live model's experts on the
-prompt; the chain experiment re-runs the routed path of every MoE layer with scaled weights.
+prompt, starting from the FFN input the forward's trace recorded; the chain experiment re-runs the routed path of every MoE layer with scaled weights.
 Pure functions, plus thin Streamlit-cached wrappers at the end for the page.
 """
 from __future__ import annotations
@@ -120,19 +120,9 @@ def grid2d(half_range: float, n: int = 161) -> dict:
 
 # ---- the live experts on the prompt --------------------------------------------------------------
 
-@torch.no_grad()
-def ffn_input(model, out, layer: int) -> torch.Tensor:
-    """The FFN input x = ffn_norm(h) [B, T, d] of `layer` in a recorded forward `out`: resume the
-    residual state entering the layer, redo the pre-attention read, add the recorded attention output,
-    redo the pre-FFN read. Equal to what the layer's FFN saw, without re-running any attention."""
-    lyr = model.layers[layer]
-    state = out.trace.snapshots[layer].copy()
-    state.record = False
-    state.begin_layer(layer)
-    state.read(lyr.q_attn)
-    state.add(out.trace.outputs[(layer, "attn")])
-    h, _ = state.read(lyr.q_ffn)
-    return lyr.ffn_norm(h)
+def ffn_input(out, layer: int) -> torch.Tensor:
+    """The FFN input x = ffn_norm(h) [B, T, d] of `layer`, as the forward `out` recorded it."""
+    return out.trace.module_input(layer, "ffn")
 
 
 @dataclass
@@ -152,7 +142,7 @@ def expert_activations(model, out, layer: int) -> ExpertActivations:
     if layer not in out.trace.routes:
         raise ValueError(f"layer {layer} is not a MoE layer (1..{model.cfg.num_layers - 1})")
     moe: LatentMoE = model.layers[layer].ffn
-    x = ffn_input(model, out, layer).reshape(-1, model.cfg.d_model)               # [N, d]
+    x = ffn_input(out, layer).reshape(-1, model.cfg.d_model)                       # [N, d]
     idx = out.trace.experts(layer).reshape(x.shape[0], -1)                         # [N, k]
     w = out.trace.weights(layer).reshape(x.shape[0], -1)                           # [N, k]
     z = moe.down(x) if moe.down is not None else x                                  # [N, l]
@@ -219,7 +209,7 @@ def chain_weights(model) -> list[ChainLayer]:
         if layer.is_moe and layer.ffn.down is not None:
             m = layer.ffn
             out.append(ChainLayer(i, *(t.detach().double() for t in (
-                m.router.weight, m.expert_bias, m.down.weight, m.w_gate, m.w_up, m.w_down, m.norm.weight)),
+                m.router.weight, m.router.expert_bias, m.down.weight, m.w_gate, m.w_up, m.w_down, m.norm.weight)),
                 m.norm.eps, m.up.weight.detach().double(), m.top_k))
     return out
 
@@ -297,14 +287,18 @@ def cached_grid(half_range: float) -> dict:
 
 @st.cache_resource(show_spinner=False)
 def _chain_weights_of_live() -> list[ChainLayer]:
-    from app.live import live
-    return chain_weights(live().model)
+    from app.live import computing, live
+    model = live().model
+    with computing():
+        return chain_weights(model)
 
 
 @st.cache_resource(max_entries=32, show_spinner=False)
 def cached_activations(ids: tuple[int, ...], layer: int) -> ExpertActivations:
-    from app.live import forward, live
-    return expert_activations(live().model, forward(ids), layer)
+    from app.live import computing, forward, live
+    model, out = live().model, forward(ids)
+    with computing():
+        return expert_activations(model, out, layer)
 
 
 @st.cache_data(max_entries=64, show_spinner=False)
@@ -315,8 +309,8 @@ def cached_hidden(ids: tuple[int, ...], layer: int, scale: float) -> dict[str, n
 
 @st.cache_data(max_entries=32, show_spinner=False)
 def cached_chain(ids: tuple[int, ...], scale: float) -> pd.DataFrame:
-    from app.live import forward, live
-    lv = live()
-    first = lv.model.cfg.first_dense_layers
-    x0 = ffn_input(lv.model, forward(ids), first)
-    return routed_chain(_chain_weights_of_live(), x0, scale)
+    from app.live import computing, forward, live
+    first = live().model.cfg.first_dense_layers
+    x0, layers = ffn_input(forward(ids), first), _chain_weights_of_live()
+    with computing():
+        return routed_chain(layers, x0, scale)

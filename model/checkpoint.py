@@ -4,7 +4,8 @@ Layout of assets/k3_tiny.safetensors:
 * every routed-expert tensor (w_gate, w_up, w_down of each MoE layer) as two uint8 tensors,
   `<name>.mxfp4_codes` (E2M1 codes, two per byte) and `<name>.mxfp4_scales` (one E8M0 byte per block
   of 32 along each expert's row-major flattening): 4.25 bits per value;
-* the balancing biases (buffers set by Quantile Balancing) in fp32;
+* the balancing biases (buffers set by Quantile Balancing) in fp32, under the names they had before
+  the router became its own module (FILE_NAMES; the file layout never changed);
 * everything else in bf16, as K3 keeps attention, router, latent projections and shared experts in
   higher precision than its experts.
 The file's SHA-256 is stored beside it (assets/k3_tiny.json, with the training facts) and checked on
@@ -30,6 +31,10 @@ CHECKPOINT = ASSETS / "k3_tiny.safetensors"
 CARD = ASSETS / "k3_tiny.json"
 EXPERT_TENSORS = (".ffn.w_gate", ".ffn.w_up", ".ffn.w_down")
 RETRAIN = "re-run `python -m model.train` (or restore the file from git)"
+# model state-dict name suffix -> the name suffix the file stores it under. The balancing bias moved
+# from `ffn.expert_bias` to the Router module (`ffn.router.expert_bias`); the shipped file keeps the
+# old name, so its bytes and checksum stay what they were.
+FILE_NAMES = {".ffn.router.expert_bias": ".ffn.expert_bias"}
 
 
 class CheckpointError(RuntimeError):
@@ -38,6 +43,14 @@ class CheckpointError(RuntimeError):
 
 def is_expert_tensor(name: str) -> bool:
     return name.endswith(EXPERT_TENSORS)
+
+
+def file_name(name: str) -> str:
+    """The name a model tensor is stored under in the checkpoint file."""
+    for new, old in FILE_NAMES.items():
+        if name.endswith(new):
+            return name[: -len(new)] + old
+    return name
 
 
 def sha256(path: Path) -> str:
@@ -51,7 +64,7 @@ def sha256(path: Path) -> str:
 def pack_state(model: K3Model) -> dict[str, torch.Tensor]:
     out = {}
     for name, t in model.state_dict().items():
-        t = t.detach().cpu()
+        t, name = t.detach().cpu(), file_name(name)
         if is_expert_tensor(name):
             # the model quantises each expert's flattening in blocks of 32; when an expert holds a
             # whole number of blocks that equals blocking the flattening of the whole tensor
@@ -69,11 +82,12 @@ def pack_state(model: K3Model) -> dict[str, torch.Tensor]:
 def unpack_state(packed: dict[str, torch.Tensor], model: K3Model) -> dict[str, torch.Tensor]:
     state = {}
     for name, ref in model.state_dict().items():
+        stored = file_name(name)
         if is_expert_tensor(name):
-            codes, scales = packed[name + ".mxfp4_codes"], packed[name + ".mxfp4_scales"]
+            codes, scales = packed[stored + ".mxfp4_codes"], packed[stored + ".mxfp4_scales"]
             state[name] = unpack_mxfp4(codes, scales, ref.shape, dtype=ref.dtype)
         else:
-            state[name] = packed[name].to(ref.dtype)
+            state[name] = packed[stored].to(ref.dtype)
     return state
 
 
@@ -113,6 +127,10 @@ def load_pretrained(path: Path = CHECKPOINT, card: Path = CARD,
     except (KeyError, RuntimeError, ValueError) as e:
         raise CheckpointError(f"{path} could not be read ({e}): {RETRAIN}") from e
     model.eval().requires_grad_(False)
+    for moe in model.moe_layers():
+        # the expert tensors were just decoded from MXFP4 codes in the blocks the model quantises in
+        # (pack_state checks that), so they are their own MXFP4 quantisation: nothing to compute
+        moe.precompute_quant(on_grid=True)
     tok = Tokenizer.load(tokenizer_path)
     if tok.vocab_size != cfg.vocab_size:
         raise CheckpointError(f"{tokenizer_path.name} has {tok.vocab_size} pieces but the checkpoint "

@@ -5,9 +5,10 @@
               -> AttnRes read -> RMSNorm -> untied LM head
 
 There is no `h + f(h)`: the residual stream is the DepthState of model/attnres.py. Everything a page
-plots comes out of the forward call's trace (the router's seam and the AttnRes reads), and every
-per-session choice (routing overrides, quantisation, activation) is an argument of the call, so one
-model instance can serve many sessions without being mutated.
+plots comes out of the forward call's trace (the router's seam, the AttnRes reads, each module's
+input and output), and every per-session choice (routing overrides, quantisation, activation) is one
+RunOptions value passed with the call, so one model instance can serve many sessions without being
+mutated.
 """
 from __future__ import annotations
 
@@ -17,25 +18,57 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from model.activations import GLUFFN
-from model.attnres import AttnResQuery, DepthState
+from model.activations import ACTIVATIONS, GLUFFN
+from model.attnres import MODULE_NAMES, AttnResQuery, DepthState
 from model.config import K3Config
 from model.kda import KDACache, KimiDeltaAttention
 from model.mla import GatedMLA, MLACache
 from model.moe import LatentMoE, RouteInfo, RoutingOverride
 from model.norms import RMSNorm
 
-__all__ = ["K3Model", "K3Output", "K3Cache", "Trace", "RoutingOverride"]
+__all__ = ["K3Model", "K3Output", "K3Cache", "Trace", "RoutingOverride", "RunOptions"]
 
-Routing = RoutingOverride | Mapping[int, RoutingOverride] | None
+# one override for every MoE layer, or {layer: override}
+RoutingArg = RoutingOverride | Mapping[int, RoutingOverride] | None
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """Every per-call choice of a forward, as one frozen, hashable value: it is passed whole to
+    K3Model.forward / resume and is the key of the app's caches. Nothing here is module state.
+
+    `routing` is stored as None, one RoutingOverride for every MoE layer, or a sorted tuple of
+    (layer, override) pairs (a {layer: override} mapping is converted), so equal options are equal
+    keys whatever form they were written in."""
+    routing: RoutingOverride | tuple[tuple[int, RoutingOverride], ...] | None = None
+    quant: bool = False                  # routed experts in MXFP4, their activations in MXFP8 (sec 7)
+    activation: str | None = None        # None: the config's (SiTU-GLU); "swiglu" to compare
+
+    def __post_init__(self):
+        r = self.routing
+        if r is not None and not isinstance(r, RoutingOverride):
+            pairs = r.items() if isinstance(r, Mapping) else r
+            r = tuple(sorted((int(layer), ov) for layer, ov in pairs if ov is not None)) or None
+            if r is not None and not all(isinstance(ov, RoutingOverride) for _, ov in r):
+                raise ValueError("routing maps MoE layers to RoutingOverride values")
+            object.__setattr__(self, "routing", r)
+        object.__setattr__(self, "quant", bool(self.quant))
+        if self.activation is not None and self.activation not in ACTIVATIONS:
+            raise ValueError(f"activation is one of {sorted(ACTIVATIONS)} or None, not {self.activation!r}")
+
+    def routing_at(self, layer: int) -> RoutingOverride | None:
+        if self.routing is None or isinstance(self.routing, RoutingOverride):
+            return self.routing
+        return dict(self.routing).get(layer)
 
 
 @dataclass
 class Trace:
-    """What one forward saw: the routing of every MoE layer and every AttnRes read."""
+    """What one forward saw: the routing of every MoE layer, every AttnRes read, and each module's
+    input and output (so no page has to replay part of the forward to see what a module read)."""
     num_layers: int
     routes: dict[int, RouteInfo] = field(default_factory=dict)   # MoE layer -> router output
-    biases: dict[int, torch.Tensor] = field(default_factory=dict)  # MoE layer -> bias used [E]
+    inputs: dict[tuple[int, str], torch.Tensor] = field(default_factory=dict)   # (layer, module) -> [B,T,d]
     outputs: dict[tuple[int, str], torch.Tensor] = field(default_factory=dict)  # (layer, module) -> [B,T,d]
     depth: DepthState | None = None
     snapshots: dict[int, DepthState] = field(default_factory=dict)  # layer -> residual state entering it
@@ -56,8 +89,17 @@ class Trace:
         return self._route(layer).weights          # [B, T, k]
 
     def bias(self, layer: int) -> torch.Tensor:
-        self._route(layer)
-        return self.biases[layer]                  # [E] the balancing bias this call selected with
+        return self._route(layer).bias             # [E] the balancing bias this call selected with
+
+    def module_input(self, layer: int, module: str) -> torch.Tensor:
+        """x [B, T, d] that module `module` ("attn" or "ffn") of `layer` received: the AttnRes read
+        before it, then its RMSNorm, exactly as the forward computed it."""
+        if module not in MODULE_NAMES:
+            raise ValueError(f"module is one of {MODULE_NAMES}, not {module!r}")
+        if (layer, module) not in self.inputs:
+            raise KeyError(f"no recorded input for layer {layer} {module} (the forward ran with "
+                           f"record=False, or the model has no layer {layer})")
+        return self.inputs[(layer, module)]
 
     def activation_stats(self) -> list[dict]:
         """Per layer and module: RMS and max |x| of the module's output over every token."""
@@ -94,6 +136,7 @@ class K3Output:
     trace: Trace
     cache: K3Cache
     ids: torch.Tensor | None = None                 # [B, T] the input, so the call can be resumed
+    options: RunOptions = RunOptions()              # what the call ran with (resume: the new ones)
 
 
 class K3Layer(nn.Module):
@@ -111,19 +154,19 @@ class K3Layer(nn.Module):
         else:
             self.q_attn = self.q_ffn = None
 
-    def attention(self, h: torch.Tensor, cache):
-        x = self.attn_norm(h)
+    def attention(self, x: torch.Tensor, cache):
+        """x = attn_norm(h), the attention module's input."""
         if self.kind == "mla":
             # decode steps use the absorbed path: attend over the 576-value latent directly
-            return self.attn(x, cache=cache, absorbed=cache is not None and h.shape[1] == 1)
+            return self.attn(x, cache=cache, absorbed=cache is not None and x.shape[1] == 1)
         return self.attn(x, cache=cache)
 
-    def feed_forward(self, h: torch.Tensor, routing: RoutingOverride | None, quant: bool,
-                     activation: str | None):
-        x = self.ffn_norm(h)
+    def feed_forward(self, x: torch.Tensor, opts: RunOptions):
+        """x = ffn_norm(h), the FFN module's input. Returns (output, RouteInfo or None)."""
         if self.is_moe:
-            return self.ffn(x, routing=routing, quant=quant, activation=activation)
-        return self.ffn(x, activation), None
+            return self.ffn(x, routing=opts.routing_at(self.index), quant=opts.quant,
+                            activation=opts.activation)
+        return self.ffn(x, opts.activation), None
 
 
 class K3Model(nn.Module):
@@ -138,24 +181,28 @@ class K3Model(nn.Module):
         self.head = nn.Linear(d, cfg.vocab_size, bias=False)     # untied from the embedding
         nn.init.normal_(self.head.weight, std=d ** -0.5)
 
-    def forward(self, ids: torch.Tensor, routing: Routing = None, cache: K3Cache | None = None,
+    def forward(self, ids: torch.Tensor, routing: RoutingArg = None, cache: K3Cache | None = None,
                 quant: bool = False, activation: str | None = None, record: bool = True,
-                max_tokens: int | None = None) -> K3Output:
-        """ids [B, T]; `routing` is one RoutingOverride for every MoE layer or {layer: override};
-        `cache` continues a previous call (prefill, then one token at a time); `quant` runs routed
-        experts with MXFP4 weights and MXFP8 activations; `activation` swaps SiTU-GLU for SwiGLU;
+                max_tokens: int | None = None, *, options: RunOptions | None = None) -> K3Output:
+        """ids [B, T]. The per-call options come either whole as `options` or as the shorthands
+        `routing` (one RoutingOverride for every MoE layer, or {layer: override}), `quant` (routed
+        experts with MXFP4 weights and MXFP8 activations) and `activation` ("swiglu" swaps out
+        SiTU-GLU). `cache` continues a previous call (prefill, then one token at a time);
+        `record` keeps the per-module trace (inputs, outputs, reads, snapshots for resume);
         `max_tokens` is the caller's cap on T (the math has none)."""
         cfg = self.cfg
+        opts = _options(options, routing, quant, activation)
         self._check_ids(ids, max_tokens)
         state = DepthState(self.embed(ids), cfg.attnres, cfg.attnres_block_size, record=record)
         trace = Trace(cfg.num_layers, depth=state)
-        return self._run(ids, state, trace, 0, routing, cache, quant, activation, record)
+        return self._run(ids, state, trace, 0, opts, cache, record)
 
-    def resume(self, base: K3Output, from_layer: int, routing: Routing = None, quant: bool = False,
-               activation: str | None = None) -> K3Output:
+    def resume(self, base: K3Output, from_layer: int, routing: RoutingArg = None, quant: bool = False,
+               activation: str | None = None, *, options: RunOptions | None = None) -> K3Output:
         """Re-run layers from_layer..L-1 of a recorded forward with new options, reusing everything
         before: what the routing explorer does when a change only affects later layers. Equals a
         full forward whose options differ from the base's only at layers >= from_layer."""
+        opts = _options(options, routing, quant, activation)
         if not base.trace.snapshots:
             raise ValueError("the base forward was not recorded (record=False); it cannot be resumed")
         if not 0 <= from_layer < self.cfg.num_layers:
@@ -164,17 +211,17 @@ class K3Model(nn.Module):
         trace = Trace(self.cfg.num_layers, depth=state)
         for i in range(from_layer):
             if i in base.trace.routes:
-                trace.routes[i], trace.biases[i] = base.trace.routes[i], base.trace.biases[i]
-            for m in ("attn", "ffn"):
+                trace.routes[i] = base.trace.routes[i]
+            for m in MODULE_NAMES:
                 if (i, m) in base.trace.outputs:
+                    trace.inputs[(i, m)] = base.trace.inputs[(i, m)]
                     trace.outputs[(i, m)] = base.trace.outputs[(i, m)]
             trace.snapshots[i] = base.trace.snapshots[i]
-        ids = base.ids
-        return self._run(ids, state, trace, from_layer, routing, None, quant, activation, True,
+        return self._run(base.ids, state, trace, from_layer, opts, None, True,
                          prefix_cache=base.cache.layers[:from_layer])
 
-    def _run(self, ids, state: DepthState, trace: Trace, start: int, routing: Routing, cache,
-             quant: bool, activation: str | None, record: bool, prefix_cache=()) -> K3Output:
+    def _run(self, ids, state: DepthState, trace: Trace, start: int, opts: RunOptions, cache,
+             record: bool, prefix_cache=()) -> K3Output:
         new_cache = list(prefix_cache)
         for i in range(start, len(self.layers)):
             layer = self.layers[i]
@@ -182,18 +229,18 @@ class K3Model(nn.Module):
                 trace.snapshots[i] = state.copy()
             state.begin_layer(i)
             h, _ = state.read(layer.q_attn)
-            a, layer_cache = layer.attention(h, cache.layers[i] if cache is not None else None)
+            x_attn = layer.attn_norm(h)                                   # [B, T, d]
+            a, layer_cache = layer.attention(x_attn, cache.layers[i] if cache is not None else None)
             new_cache.append(layer_cache)
             state.add(a)
             h, _ = state.read(layer.q_ffn)
-            ov = _routing_for(routing, i)
-            m, info = layer.feed_forward(h, ov, quant, activation)
+            x_ffn = layer.ffn_norm(h)                                     # [B, T, d]
+            m, info = layer.feed_forward(x_ffn, opts)
             if info is not None:
                 trace.routes[i] = info
-                trace.biases[i] = (layer.ffn.expert_bias if ov is None or ov.use_bias
-                                   else torch.zeros_like(layer.ffn.expert_bias))
             state.add(m)
             if record:
+                trace.inputs[(i, "attn")], trace.inputs[(i, "ffn")] = x_attn, x_ffn
                 trace.outputs[(i, "attn")], trace.outputs[(i, "ffn")] = a, m
         y, _ = state.read(self.q_out, "out")
         logits = self.head(self.final_norm(y))                    # [B, T, vocab]
@@ -201,7 +248,7 @@ class K3Model(nn.Module):
             raise ValueError("the forward pass produced non-finite logits (NaN or inf): check the "
                              "weights and any extreme routing or quantisation settings")
         seen = (cache.length if cache is not None else 0) + ids.shape[1]
-        return K3Output(logits, trace, K3Cache(new_cache, seen), ids)
+        return K3Output(logits, trace, K3Cache(new_cache, seen), ids, opts)
 
     def _check_ids(self, ids: torch.Tensor, max_tokens: int | None) -> None:
         if not isinstance(ids, torch.Tensor) or ids.dim() != 2:
@@ -221,7 +268,13 @@ class K3Model(nn.Module):
         return [layer.ffn for layer in self.layers if layer.is_moe]
 
 
-def _routing_for(routing: Routing, layer: int) -> RoutingOverride | None:
-    if routing is None or isinstance(routing, RoutingOverride):
-        return routing
-    return routing.get(layer)
+def _options(options: RunOptions | None, routing: RoutingArg, quant: bool,
+             activation: str | None) -> RunOptions:
+    if options is None:
+        return RunOptions(routing, quant, activation)
+    if routing is not None or quant or activation is not None:
+        raise ValueError("pass the options either whole (options=RunOptions(...)) or as routing/quant/"
+                         "activation, not both")
+    if not isinstance(options, RunOptions):
+        raise TypeError(f"options must be a RunOptions, not {type(options).__name__}")
+    return options

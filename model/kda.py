@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import functools
 import math
-import time
 from dataclasses import dataclass
 
 import torch
@@ -129,7 +128,7 @@ class KDACache:
 
 class KimiDeltaAttention(nn.Module):
     """One KDA layer (section 2). Every projection that reads x is fused into `in_proj` (one matmul
-    instead of six: per-op overhead dominates the live model); `in_proj_layout()` names the slices."""
+    instead of six: per-op overhead dominates the live model), sliced W_q|W_k|W_v|W_fa|W_b|W_g."""
 
     def __init__(self, cfg):
         super().__init__()
@@ -146,14 +145,6 @@ class KimiDeltaAttention(nn.Module):
         self.o_norm = RMSNorm(dk, cfg.norm_eps)                         # one gain shared by all heads
         self.out_proj = nn.Linear(P, d, bias=False)                     # W_o
         self.reset_parameters()
-
-    def in_proj_layout(self) -> dict[str, tuple[int, int]]:
-        sizes = {"W_q": self.P, "W_k": self.P, "W_v": self.P, "W_fa": self.dk, "W_b": self.H, "W_g": self.P}
-        out, start = {}, 0
-        for name, n in sizes.items():
-            out[name] = (start, start + n)
-            start += n
-        return out
 
     @torch.no_grad()
     def reset_parameters(self):
@@ -203,37 +194,3 @@ class KimiDeltaAttention(nn.Module):
             o, state = kda_recurrent(q, k, v, g, beta, scale, init)
         o = self.o_norm(o).reshape(B, T, self.P) * torch.sigmoid(og)  # step 7: norm, full-rank gate
         return self.out_proj(o), KDACache(state=state, conv_tail=new_tail)
-
-
-if __name__ == "__main__":
-    from model.config import K3Config
-
-    torch.manual_seed(0)
-    cfg = K3Config.tiny()
-    layer = KimiDeltaAttention(cfg).eval()
-    x = torch.randn(1, 64, cfg.d_model)
-
-    def bench(fn, reps=200):                  # median: the machine is shared, means are noisy
-        for _ in range(10):
-            fn()
-        times = []
-        for _ in range(reps):
-            t0 = time.perf_counter()
-            fn()
-            times.append(time.perf_counter() - t0)
-        return sorted(times)[reps // 2] * 1e3
-
-    with torch.no_grad():
-        _, cache = layer(x)
-        x1 = torch.randn(1, 1, cfg.d_model)
-        ms_chunk = bench(lambda: layer(x))
-        ms_rec = bench(lambda: layer(x, chunked=False), reps=20)
-        ms_dec = bench(lambda: layer(x1, cache))
-        with torch.profiler.profile() as prof:
-            layer(x)
-        n_ops = sum(1 for e in prof.events() if e.cpu_parent is None and e.name.startswith("aten::"))
-    print(f"KDA tiny layer, x [1,64,{cfg.d_model}] float32, {torch.get_num_threads()} threads")
-    print(f"  chunked forward   {ms_chunk:7.3f} ms  (x {cfg.n_kda} layers = {ms_chunk * cfg.n_kda:.0f} ms)")
-    print(f"  recurrent forward {ms_rec:7.3f} ms")
-    print(f"  decode step       {ms_dec:7.3f} ms")
-    print(f"  top-level aten ops per chunked forward: {n_ops} (views included)")

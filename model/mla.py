@@ -10,7 +10,6 @@ and adds a per-channel sigmoid output gate before W_o. Two paths compute the sam
 """
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 
 import torch
@@ -33,17 +32,6 @@ class MLACache:
     def numel(self) -> int:
         # = B * T_cached * (kv_lora + rope): what the memory pages measure
         return self.latent.numel() + self.k_rope.numel()
-
-
-def cache_values_per_token(cfg: K3Config) -> dict:
-    """Cached values per token per attention layer (ARCHITECTURE.md section 3): 576 / 24,576 / 30,720
-    at K3 scale."""
-    H, nope, rope, v = cfg.mla_heads, cfg.qk_nope_dim, cfg.qk_rope_dim, cfg.v_head_dim
-    return {
-        "mla_latent": cfg.kv_lora_rank + rope,     # what MLA actually caches: [c ; kR]
-        "mha": 2 * H * v,                          # MHA with the same heads, keys and values of width v
-        "mla_expanded": H * (nope + rope) + H * v,  # MLA's keys and values if cached after expansion
-    }
 
 
 def _causal_mask(T: int, S: int, device) -> torch.Tensor | None:
@@ -134,37 +122,3 @@ class GatedMLA(nn.Module):
             o = o.transpose(1, 2)                                             # [B, T, H, kv_lora]
         # W_uv,i per head, back to v values per head
         return torch.einsum("bthc,hvc->bthv", o, w[:, self.nope:]).reshape(B, T, H * self.v)
-
-    @torch.no_grad()
-    def attention_weights(self, x: torch.Tensor) -> torch.Tensor:
-        """Causal attention probabilities of a prompt, [B, H, T, T] (rows sum to 1)."""
-        T = x.shape[1]
-        q = self._query(x).transpose(1, 2)                                    # [B, H, T, nope + rope]
-        k, _ = self._expand(self._latent(x, None))
-        s = q @ k.permute(0, 2, 3, 1) * self.scale                            # [B, H, T, T]
-        s = s.masked_fill(~torch.ones(T, T, dtype=torch.bool, device=x.device).tril(), float("-inf"))
-        return s.softmax(-1)
-
-
-if __name__ == "__main__":
-    # python -m model.mla (from the project root). On a shared 2-core machine torch's second thread
-    # mostly waits: with torch.set_num_threads(1) one tiny layer takes ~0.4 ms here, with 2 ~35 ms.
-    torch.manual_seed(0)
-    cfg = K3Config.tiny()
-    layer = GatedMLA(cfg).eval()
-    x = torch.randn(1, 64, cfg.d_model)
-    for absorbed in (False, True):
-        with torch.no_grad():
-            for _ in range(5):
-                layer(x, absorbed=absorbed)
-            n, t0 = 50, time.perf_counter()
-            for _ in range(n):
-                layer(x, absorbed=absorbed)
-        print(f"tiny GatedMLA forward [1, 64, {cfg.d_model}] absorbed={absorbed}: "
-              f"{(time.perf_counter() - t0) / n * 1e3:.3f} ms")
-    with torch.no_grad():
-        _, cache = layer(x)
-        n, t0 = 50, time.perf_counter()
-        for _ in range(n):
-            layer(x[:, :1], cache=cache, absorbed=True)
-    print(f"one absorbed decode step over a 64-token cache: {(time.perf_counter() - t0) / n * 1e3:.3f} ms")

@@ -7,7 +7,6 @@ selection bias, with the DeepSeek-V3 sign rule for comparison). Section 7 for th
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import dataclass
 
 import torch
@@ -30,6 +29,12 @@ class RoutingOverride:
     knocked_out: tuple[int, ...] = ()  # never selected
     forced: tuple[int, ...] = ()       # always selected, in the first slots
 
+    def __post_init__(self):
+        # tuples of ints whatever was passed (lists, numpy ints), so an override is hashable and
+        # equal overrides are equal keys of the app's caches
+        for name in ("knocked_out", "forced"):
+            object.__setattr__(self, name, tuple(int(e) for e in getattr(self, name)))
+
     def resolve(self, n_experts: int, default_k: int) -> int:
         """Validate against E and return the k to use."""
         k = default_k if self.top_k is None else int(self.top_k)
@@ -49,12 +54,19 @@ class RoutingOverride:
         return k
 
 
-@dataclass
+@dataclass(frozen=True)
 class RouteInfo:
-    scores: torch.Tensor    # [B, T, E] sigmoid router probabilities, fp32 (fp64 for fp64 input)
-    indices: torch.Tensor   # [B, T, k] chosen experts: forced first, then by biased score
-    weights: torch.Tensor   # [B, T, k] raw scores renormalised over the chosen set (sum to 1)
-    cutoff: torch.Tensor    # [B, T] the (k+1)-th biased score; -inf when nothing is left unchosen
+    """What the router decided for every token: the seam the routing pages plot and QB reads."""
+    scores: torch.Tensor    # [..., E] sigmoid router probabilities, fp32 (fp64 for fp64 input)
+    indices: torch.Tensor   # [..., k] chosen experts: forced first, then by biased score
+    weights: torch.Tensor   # [..., k] raw scores renormalised over the chosen set (sum to 1)
+    cutoff: torch.Tensor    # [...] the (k+1)-th biased score (QB's alpha); -inf when none is left
+    bias: torch.Tensor      # [E] the balancing bias the selection used (zeros when switched off)
+
+    def reshape(self, *lead: int) -> "RouteInfo":
+        """The same routing with leading dims `lead` (e.g. [N, k] -> [B, T, k])."""
+        return RouteInfo(self.scores.reshape(*lead, -1), self.indices.reshape(*lead, -1),
+                         self.weights.reshape(*lead, -1), self.cutoff.reshape(*lead), self.bias)
 
 
 def route(scores: torch.Tensor, bias: torch.Tensor | None, top_k: int,
@@ -85,6 +97,31 @@ def route(scores: torch.Tensor, bias: torch.Tensor | None, top_k: int,
     raw = scores.gather(-1, idx)                                             # [..., k]
     weights = raw / raw.sum(-1, keepdim=True).clamp_min(1e-30)
     return idx, weights, cutoff
+
+
+class Router(nn.Module):
+    """s = sigmoid(x W_r) on the full-width token, top-k of s + b, p_i = s_i / sum_T s (sec 5).
+
+    Owns the router weight W_r and the balancing bias b. b is a buffer: Quantile Balancing sets it
+    between batches (model/train.py), never a gradient and never a forward call.
+    """
+
+    def __init__(self, d: int, n_experts: int, top_k: int):
+        super().__init__()
+        self.top_k = top_k
+        self.weight = nn.Parameter(torch.empty(n_experts, d))                   # W_r [E, d], no bias
+        nn.init.kaiming_uniform_(self.weight, a=math.sqrt(5))                   # nn.Linear's default
+        self.register_buffer("expert_bias", torch.zeros(n_experts))             # b [E]
+
+    def forward(self, x: torch.Tensor, override: RoutingOverride | None = None) -> RouteInfo:
+        """x [..., d] -> RouteInfo with the leading dims of x. Scores in fp32 (fp64 for fp64 x)."""
+        rdt = torch.float64 if x.dtype == torch.float64 else torch.float32
+        scores = torch.sigmoid(F.linear(x.to(rdt), self.weight.to(rdt)))        # [..., E]
+        use_bias = override is None or override.use_bias
+        idx, p, cutoff = route(scores, self.expert_bias.to(rdt) if use_bias else None, self.top_k,
+                               override)                                        # [..., k], [..., k], [...]
+        bias = self.expert_bias.detach().clone() if use_bias else torch.zeros_like(self.expert_bias)
+        return RouteInfo(scores, idx, p, cutoff, bias)
 
 
 def expert_load(indices: torch.Tensor, n_experts: int) -> torch.Tensor:
@@ -146,7 +183,7 @@ class LatentMoE(nn.Module):
         d, E, f = cfg.d_model, cfg.n_routed_experts, cfg.expert_hidden
         w = cfg.expert_width                                      # l, or d without a latent space
         self.n_experts, self.top_k, self.activation = E, cfg.top_k, cfg.activation
-        self.router = nn.Linear(d, E, bias=False)                 # W_r [E, d], no bias
+        self.router = Router(d, E, cfg.top_k)                     # W_r and the balancing bias b
         if cfg.latent_dim:
             self.down = nn.Linear(d, w, bias=False)               # W_down d -> l
             self.up = nn.Linear(w, d, bias=False)                 # W_up l -> d
@@ -160,47 +197,59 @@ class LatentMoE(nn.Module):
         self.w_down = nn.Parameter(torch.empty(E, f, w))          # [E, f, l]
         for p, fan_in in ((self.w_gate, w), (self.w_up, w), (self.w_down, f)):
             nn.init.uniform_(p, -fan_in ** -0.5, fan_in ** -0.5)  # nn.Linear's default range
-        # Set by Quantile Balancing, not by gradients: a buffer, outside the parameter count.
-        self.register_buffer("expert_bias", torch.zeros(E))
-        self._quant_cache = None
+        # MXFP4 copies of the three expert tensors, made once by precompute_quant (at load time),
+        # with the version of the weights they were made from. A forward only reads them.
+        self._quantised: tuple | None = None
+
+    def _expert_tensors(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        return self.w_gate, self.w_up, self.w_down
+
+    def precompute_quant(self, on_grid: bool = False) -> None:
+        """Quantise the routed experts to MXFP4 once, so quant=True forwards need not (about 17 ms per
+        tiny layer). `on_grid`: the weights already are MXFP4 values (the shipped checkpoint stores
+        them as MXFP4 codes), so they are their own quantisation and are shared, not copied."""
+        ws = self._expert_tensors()
+        with torch.no_grad():
+            q = ws if on_grid else tuple(_mxfp4_experts(p) for p in ws)
+        self._quantised = (_version_key(ws), q)
 
     def _expert_weights(self, quant: bool):
-        ws = (self.w_gate, self.w_up, self.w_down)
+        ws = self._expert_tensors()
         if not quant:
             return ws
-        # MXFP4 blocks of 32 along the row-major flattening of each expert's tensor (sec 7).
-        def q(p):
-            return mx_fake_quant(p.reshape(p.shape[0], -1), "e2m1", per_row=True).reshape(p.shape)
         if torch.is_grad_enabled() and any(p.requires_grad for p in ws):
-            return tuple(q(p) for p in ws)                        # straight-through in training
-        key = tuple((p.data_ptr(), p._version, p.dtype) for p in ws)
-        if self._quant_cache is None or self._quant_cache[0] != key:
-            with torch.no_grad():
-                self._quant_cache = (key, tuple(q(p) for p in ws))
-        return self._quant_cache[1]
+            return tuple(_mxfp4_experts(p) for p in ws)           # straight-through in training
+        if self._quantised is not None and self._quantised[0] == _version_key(ws):
+            return self._quantised[1]
+        with torch.no_grad():                                     # per call, and never stored:
+            return tuple(_mxfp4_experts(p) for p in ws)           # a forward writes nothing here
 
     def forward(self, x: torch.Tensor, routing: RoutingOverride | None = None, quant: bool = False,
-                activation: str | None = None):
+                activation: str | None = None) -> tuple[torch.Tensor, RouteInfo]:
         B, T, d = x.shape
         act_name = activation or self.activation
         act = ACTIVATIONS[act_name]
         xf = x.reshape(B * T, d)                                              # [N, d]
-        rdt = torch.float64 if x.dtype == torch.float64 else torch.float32
-        scores = torch.sigmoid(F.linear(xf.to(rdt), self.router.weight.to(rdt)))   # [N, E] fp32
-        use_bias = routing is None or routing.use_bias
-        idx, p, cutoff = route(scores, self.expert_bias.to(rdt) if use_bias else None,
-                               self.top_k, routing)                          # [N, k], [N, k], [N]
+        r = self.router(xf, routing)                                          # indices, weights [N, k]
         z = self.down(xf) if self.down is not None else xf                    # [N, l]
         wg, wu, wd = self._expert_weights(quant)
-        u = grouped_experts(z, idx, p, wg, wu, wd, act, quant_act=quant)      # [N, l]
+        u = grouped_experts(z, r.indices, r.weights, wg, wu, wd, act, quant_act=quant)   # [N, l]
         if self.cfg.router_scale != 1.0:                                      # K2: 2.827; K3: 1.0
             u = u * self.cfg.router_scale
         routed = self.up(self.norm(u)) if self.up is not None else u          # [N, d]
         y = self.shared(xf, act_name) + routed                                # [N, d]
-        k = idx.shape[-1]
-        info = RouteInfo(scores.reshape(B, T, -1), idx.reshape(B, T, k), p.reshape(B, T, k),
-                         cutoff.reshape(B, T))
-        return y.reshape(B, T, d), info
+        return y.reshape(B, T, d), r.reshape(B, T)
+
+
+def _mxfp4_experts(p: torch.Tensor) -> torch.Tensor:
+    # MXFP4 blocks of 32 along the row-major flattening of each expert's tensor (sec 7).
+    return mx_fake_quant(p.reshape(p.shape[0], -1), "e2m1", per_row=True).reshape(p.shape)
+
+
+def _version_key(ws) -> tuple:
+    # which tensors, and which in-place version of them: a precomputed copy is used only while the
+    # weights are the ones it was made from (an in-place edit, as tests make, invalidates it)
+    return tuple((p.data_ptr(), p._version, p.dtype) for p in ws)
 
 
 # ---- Quantile Balancing (ARCHITECTURE sec 6) -----------------------------------------------------
@@ -284,25 +333,3 @@ def sign_rule_update(load: torch.Tensor, bias: torch.Tensor, gamma: float = 1e-3
     # step on the same dual objective QB minimises exactly.
     load = load.to(bias.dtype)
     return bias + gamma * torch.sign(load.mean() - load)
-
-
-# ---- timing ------------------------------------------------------------------------------------
-
-if __name__ == "__main__":
-    torch.manual_seed(0)
-    cfg = K3Config.tiny()
-    moe = LatentMoE(cfg).eval()
-    x = torch.randn(1, 64, cfg.d_model)
-    print(f"torch threads: {torch.get_num_threads()}")
-    for quant in (False, True):
-        times = []
-        with torch.no_grad():
-            for i in range(60):
-                t0 = time.perf_counter()
-                moe(x, quant=quant)
-                if i >= 10:                                   # skip warm-up
-                    times.append(time.perf_counter() - t0)
-        times.sort()
-        print(f"LatentMoE tiny ({cfg.n_routed_experts} experts, top-{cfg.top_k}, l={cfg.latent_dim}, "
-              f"f={cfg.expert_hidden}), x [1, 64, {cfg.d_model}], quant={quant}: "
-              f"median {times[len(times) // 2] * 1e3:.2f} ms, best {times[0] * 1e3:.2f} ms per forward")

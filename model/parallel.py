@@ -51,14 +51,13 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 from safetensors import safe_open
 from safetensors.torch import save_file
 from torch import nn
 
 from model.activations import ACTIVATIONS, GLUFFN
 from model.config import K3Config
-from model.moe import LatentMoE, grouped_experts, route
+from model.moe import LatentMoE, Router, grouped_experts
 from model.norms import RMSNorm, rms_norm
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -128,7 +127,7 @@ class ExpertShard(nn.Module):
         super().__init__()
         d, l, f, E = cfg.d_model, cfg.expert_width, cfg.expert_hidden, cfg.n_routed_experts
         self.cfg, self.lo, self.hi = cfg, lo, hi
-        self.router = nn.Linear(d, E, bias=False)                  # replicated: every rank routes
+        self.router = Router(d, E, cfg.top_k)                     # replicated: every rank routes
         self.down = nn.Linear(d, l, bias=False)
         self.up = nn.Linear(l, d, bias=False)
         self.norm = RMSNorm(l, cfg.norm_eps)
@@ -136,7 +135,6 @@ class ExpertShard(nn.Module):
         self.w_gate = nn.Parameter(torch.empty(hi - lo, l, f))   # [E_local, l, f]
         self.w_up = nn.Parameter(torch.empty(hi - lo, l, f))
         self.w_down = nn.Parameter(torch.empty(hi - lo, f, l))
-        self.register_buffer("expert_bias", torch.zeros(E))
 
 
 def load_shard(path: str | Path, rank: int, world: int) -> tuple[ExpertShard, torch.Tensor]:
@@ -175,8 +173,8 @@ def ep_forward(shard: ExpertShard, x: torch.Tensor, world: int, group=None
     per = E // world
     N = x.shape[0]
     rdt = torch.float64 if x.dtype == torch.float64 else torch.float32
-    scores = torch.sigmoid(F.linear(x.to(rdt), shard.router.weight.to(rdt)))        # [N, E]
-    idx, p, _ = route(scores, shard.expert_bias.to(rdt), k)                         # [N, k] each
+    r = shard.router(x)                                                             # the same router
+    idx, p = r.indices, r.weights                                                   # [N, k] each
     z = shard.down(x)                                                               # [N, l]
     l = z.shape[1]
 

@@ -112,8 +112,8 @@ def balance_step(model: K3Model, routes: dict, history: dict, window: int = 3) -
         del past[:-window]
         scores = torch.cat([s for s, _ in past])
         cutoff = torch.cat([c for _, c in past])
-        moe.expert_bias.copy_(quantile_balance(scores, moe.expert_bias.float(), k, cutoff=cutoff))
-        spread.append((moe.expert_bias.max() - moe.expert_bias.min()).item())
+        moe.router.expert_bias.copy_(quantile_balance(scores, moe.router.expert_bias.float(), k, cutoff=cutoff))
+        spread.append((moe.router.expert_bias.max() - moe.router.expert_bias.min()).item())
     return {"max_mean_load": max(ratios), "dead_experts": float(np.mean(dead)),
             "bias_spread": float(np.mean(spread))}
 
@@ -136,7 +136,7 @@ def calibrate_balance(model: K3Model, data: np.ndarray, tokens: int = 65536, pas
     history = []
     for p in range(passes):
         rng = np.random.default_rng([seed, p])
-        hists = {i: QuantileHistogram(model.layers[i].ffn.expert_bias.float(), model.cfg.top_k) for i in layers}
+        hists = {i: QuantileHistogram(model.layers[i].ffn.router.expert_bias.float(), model.cfg.top_k) for i in layers}
         loads = {i: torch.zeros(model.cfg.n_routed_experts) for i in layers}
         for _ in tqdm(range(max(1, tokens // (B * T))), desc=f"balance pass {p + 1}/{passes}", leave=False):
             ids = batch(data, rng, B, T, next(model.parameters()).device)
@@ -144,14 +144,14 @@ def calibrate_balance(model: K3Model, data: np.ndarray, tokens: int = 65536, pas
             for i in layers:
                 info = out.trace.routes[i]
                 E = info.scores.shape[-1]
-                hists[i].add(info.scores.reshape(-1, E).float().cpu(), model.layers[i].ffn.expert_bias.float().cpu())
+                hists[i].add(info.scores.reshape(-1, E).float().cpu(), model.layers[i].ffn.router.expert_bias.float().cpu())
                 loads[i] += expert_load(info.indices.reshape(-1, info.indices.shape[-1]).cpu(), E).float()
         ratios = [(loads[i].max() / loads[i].mean()).item() for i in layers]
         history.append(float(np.median(ratios)))
         log(f"balance pass {p + 1}: max/mean load median {history[-1]:.3f}, worst {max(ratios):.3f} "
             f"over {len(layers)} layers (biases as they entered the pass)")
         for i in layers:
-            bias = model.layers[i].ffn.expert_bias
+            bias = model.layers[i].ffn.router.expert_bias
             bias.copy_(hists[i].bias().to(bias.device, bias.dtype))
     return history
 

@@ -42,14 +42,19 @@ def test_schedule_is_three_kda_then_one_mla_plus_a_final_mla():
 
 
 @pytest.mark.parametrize("layer", [0, 2, 4])
-def test_recomputed_kda_input_reproduces_the_recorded_layer_output(micro, layer):
+def test_recorded_kda_input_reproduces_the_recorded_layer_output(micro, layer):
     model, out = micro
     with torch.inference_mode():
         x = kda_layer_input(model, out, layer)
+        # independently: the pre-attention read of the residual state entering the layer, then the norm
+        state = out.trace.snapshots[layer].copy()
+        state.record = False
+        state.begin_layer(layer)
+        h, _ = state.read(model.layers[layer].q_attn)
         y, _ = model.layers[layer].attn(x)
+    torch.testing.assert_close(x, model.layers[layer].attn_norm(h), rtol=0, atol=1e-6)
     torch.testing.assert_close(y, out.trace.outputs[(layer, "attn")], rtol=1e-5, atol=1e-6)
-    # the shared trace was not touched by the recomputation
-    assert len(out.trace.reads) == 2 * 6 + 1
+    assert len(out.trace.reads) == 2 * 6 + 1          # the shared trace was not touched
 
 
 def test_kda_state_trajectory_has_fixed_size_and_ends_at_the_cached_state(micro):

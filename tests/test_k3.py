@@ -6,7 +6,7 @@ import torch
 from model.accounting import count_params
 from model.attnres import link_count
 from model.config import K3Config
-from model.k3 import K3Model, RoutingOverride
+from model.k3 import K3Model, RoutingOverride, RunOptions
 
 
 def make(cfg, seed=0, dtype=torch.float32):
@@ -110,13 +110,115 @@ def test_zero_queries_read_uniformly_and_options_change_the_output():
     assert not torch.equal(q, out.logits) and torch.isfinite(q).all()
 
 
-def test_the_model_is_not_mutated_by_a_call():
+def module_attributes(model):
+    """Every plain attribute of every submodule (not its parameters, buffers or children), by identity."""
+    skip = {"_parameters", "_buffers", "_modules"}
+    return {(name, k): id(v) for name, m in model.named_modules() for k, v in vars(m).items() if k not in skip}
+
+
+@pytest.mark.parametrize("precomputed", [False, True])
+def test_the_model_is_not_mutated_by_a_call(precomputed):
     cfg = K3Config.micro()
     model = make(cfg)
+    if precomputed:                                        # what load_pretrained does, before any call
+        for moe in model.moe_layers():
+            moe.precompute_quant()
     before = {k: v.clone() for k, v in model.state_dict().items()}
-    model(torch.randint(0, cfg.vocab_size, (1, 5)), routing=RoutingOverride(top_k=1, use_bias=False),
-          quant=True, activation="swiglu")
+    versions = {k: v._version for k, v in model.state_dict().items()}
+    attrs = module_attributes(model)
+    with torch.no_grad():
+        model(torch.randint(0, cfg.vocab_size, (1, 5)), routing=RoutingOverride(top_k=1, use_bias=False),
+              quant=True, activation="swiglu")
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+    assert {k: v._version for k, v in model.state_dict().items()} == versions   # no in-place write
+    assert module_attributes(model) == attrs               # no attribute set or replaced (no cache)
+
+
+def test_precomputed_quantisation_equals_quantising_in_the_call():
+    cfg = K3Config.micro()
+    model = make(cfg)
+    ids = torch.randint(0, cfg.vocab_size, (1, 6))
+    with torch.no_grad():
+        per_call = model(ids, quant=True).logits
+        for moe in model.moe_layers():
+            moe.precompute_quant()
+        assert torch.equal(model(ids, quant=True).logits, per_call)
+
+
+def test_run_options_are_one_hashable_value():
+    ov = RoutingOverride(top_k=4, knocked_out=[2, 1])               # a list is kept as a tuple
+    a = RunOptions({5: ov, 2: RoutingOverride(use_bias=False)}, quant=1)
+    b = RunOptions(((2, RoutingOverride(use_bias=False)), (5, RoutingOverride(top_k=4, knocked_out=(2, 1)))),
+                   quant=True)
+    assert a == b and hash(a) == hash(b) and a.quant is True
+    assert RunOptions({}) == RunOptions() == RunOptions(None)
+    assert len({a, b, RunOptions(), RunOptions(activation="swiglu"), RunOptions(ov)}) == 4
+    assert a.routing_at(5) == ov and a.routing_at(2).use_bias is False and a.routing_at(3) is None
+    assert RunOptions(ov).routing_at(77) == ov
+    with pytest.raises(ValueError, match="activation"):
+        RunOptions(activation="relu")
+    with pytest.raises(ValueError, match="RoutingOverride"):
+        RunOptions({3: 4})
+
+
+def test_options_whole_or_as_shorthands_run_the_same_call():
+    cfg = K3Config.micro()
+    model = make(cfg, dtype=torch.float64)
+    ids = torch.randint(0, cfg.vocab_size, (1, 6))
+    routing = {2: RoutingOverride(top_k=2), 4: RoutingOverride(use_bias=False)}
+    opts = RunOptions(routing, quant=True, activation="swiglu")
+    a = model(ids, routing=routing, quant=True, activation="swiglu")
+    b = model(ids, options=opts)
+    assert torch.equal(a.logits, b.logits) and a.options == b.options == opts
+    assert torch.equal(model.resume(model(ids), 0, options=opts).logits, a.logits)
+    with pytest.raises(ValueError, match="not both"):
+        model(ids, routing=routing, options=opts)
+
+
+def replayed_inputs(model, out, layer):
+    """What the app used to compute: resume the residual state entering `layer`, redo the pre-attention
+    read and norm, add the recorded attention output, redo the pre-FFN read and norm."""
+    lyr = model.layers[layer]
+    state = out.trace.snapshots[layer].copy()
+    state.record = False
+    state.begin_layer(layer)
+    h, _ = state.read(lyr.q_attn)
+    x_attn = lyr.attn_norm(h)
+    state.add(out.trace.outputs[(layer, "attn")])
+    h, _ = state.read(lyr.q_ffn)
+    return x_attn, lyr.ffn_norm(h)
+
+
+@pytest.mark.parametrize("mode", ["block", "full", None])
+def test_trace_records_each_module_input(mode):
+    cfg = K3Config.micro().with_(attnres=mode, attnres_block_size=2)
+    model = make(cfg, dtype=torch.float64)
+    with torch.no_grad():                  # non-zero depth queries and gains, so every read matters
+        for name, p in model.named_parameters():
+            if name.endswith(("proj", "gain", "norm.weight")):
+                p.add_(0.3 * torch.randn_like(p))
+    ids = torch.randint(0, cfg.vocab_size, (2, 7))
+    with torch.no_grad():
+        out = model(ids)
+        for i, layer in enumerate(model.layers):
+            x_attn, x_ffn = out.trace.module_input(i, "attn"), out.trace.module_input(i, "ffn")
+            ref_attn, ref_ffn = replayed_inputs(model, out, i)
+            torch.testing.assert_close(x_attn, ref_attn, rtol=0, atol=1e-12)
+            torch.testing.assert_close(x_ffn, ref_ffn, rtol=0, atol=1e-12)
+            # and they are what the modules map to the outputs they recorded
+            a, _ = layer.attn(x_attn) if layer.kind == "kda" else layer.attn(x_attn, absorbed=False)
+            torch.testing.assert_close(a, out.trace.outputs[(i, "attn")], rtol=0, atol=1e-12)
+            m = layer.ffn(x_ffn)[0] if layer.is_moe else layer.ffn(x_ffn)
+            torch.testing.assert_close(m, out.trace.outputs[(i, "ffn")], rtol=0, atol=1e-12)
+        # a resumed call records the inputs of the layers it reused and of those it re-ran
+        resumed = model.resume(out, 3, routing=RoutingOverride(top_k=1))
+    for i in range(cfg.num_layers):
+        for module in ("attn", "ffn"):
+            assert resumed.trace.module_input(i, module).shape == (2, 7, cfg.d_model)
+    assert resumed.trace.module_input(1, "ffn") is out.trace.module_input(1, "ffn")
+    assert not torch.equal(resumed.trace.module_input(4, "attn"), out.trace.module_input(4, "attn"))
+    with pytest.raises(KeyError, match="record=False"):
+        model(ids, record=False).trace.module_input(1, "ffn")
 
 
 def test_bad_input_gets_a_clear_error():
@@ -142,9 +244,10 @@ def test_trace_exposes_bias_sources_and_activation_statistics():
     cfg = K3Config.tiny()
     model = make(cfg)
     for moe in model.moe_layers():
-        moe.expert_bias.normal_()
+        moe.router.expert_bias.normal_()
     out = model(torch.randint(0, cfg.vocab_size, (1, 4)))
-    assert torch.equal(out.trace.bias(7), model.layers[7].ffn.expert_bias)
+    assert torch.equal(out.trace.bias(7), model.layers[7].ffn.router.expert_bias)
+    assert out.trace.routes[7].bias is not model.layers[7].ffn.router.expert_bias   # a copy, not the buffer
     no_bias = model(torch.randint(0, cfg.vocab_size, (1, 4)), routing=RoutingOverride(use_bias=False))
     assert not no_bias.trace.bias(7).any()
     label, w, names = out.trace.reads[-1]

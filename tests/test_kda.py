@@ -216,8 +216,10 @@ def test_kernel_inputs_follow_equations():
     layer = make_layer(cfg)
     x = torch.randn(1, 6, cfg.d_model, dtype=f64)
     _, _, v, g, beta = layer.kernel_inputs(x)
-    lay, W = layer.in_proj_layout(), layer.in_proj.weight
+    W = layer.in_proj.weight
     H, dk, P, c = cfg.kda_heads, cfg.kda_head_dim, cfg.kda_proj, cfg.kda_conv
+    # the fused projection's rows, in the order the module's comment gives: W_q|W_k|W_v|W_fa|W_b|W_g
+    lay = {"W_v": (2 * P, 3 * P), "W_fa": (3 * P, 3 * P + dk), "W_b": (3 * P + dk, 3 * P + dk + H)}
     xv = x[0] @ W[slice(*lay["W_v"])].T                                # [T, P]
     w = layer.conv.weight[2 * P:, 0]                                   # [P, c] the v channels
     for t in range(6):

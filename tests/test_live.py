@@ -1,8 +1,11 @@
 """Prompt validation and the shared live model (no Streamlit runtime needed for these)."""
 import pytest
 
-from app.live import MAX_CHARS, MAX_TOKENS, PRESETS, prepare_prompt, routing_key, _routing_from_key
-from model.k3 import RoutingOverride
+import torch
+
+from app import live
+from app.live import MAX_CHARS, MAX_TOKENS, PRESETS, prepare_prompt
+from model.k3 import RoutingOverride, RunOptions
 from model.tokenizer import Tokenizer
 
 
@@ -28,9 +31,19 @@ def test_huge_and_odd_prompts_are_capped_with_notices(tok):
         assert not p.notices and len(p.ids) <= 64
 
 
-def test_routing_keys_round_trip():
-    ov = RoutingOverride(top_k=4, knocked_out=(1, 2))
-    for r in (None, ov, {5: ov, 2: RoutingOverride(use_bias=False)}):
-        key = routing_key(r)
-        hash(key)
-        assert _routing_from_key(key) == r
+def test_forward_and_resume_are_cached_per_prompt_and_options():
+    lv = live.live()
+    ids = lv.tokenizer.encode(PRESETS["Code"])
+    ov = RoutingOverride(top_k=3, knocked_out=(1, 2))
+    base = live.forward(ids)
+    assert live.forward(tuple(ids)) is base                                # one entry, whatever the form
+    once = live.forward(ids, routing={40: ov}, quant=True)
+    assert live.forward(ids, options=RunOptions({40: ov}, quant=True)) is once
+    assert once is not base and once.options == RunOptions({40: ov}, quant=True)
+    new = live.resume(ids, 40, RunOptions({40: ov}))
+    assert live.resume(list(ids), 40, RunOptions(((40, ov),))) is new
+    with torch.inference_mode():
+        full = lv.model(torch.tensor([ids]), routing={40: ov})
+    assert torch.equal(new.logits, full.logits)                            # resume = the full forward
+    assert torch.equal(new.trace.experts(39), base.trace.experts(39))
+    assert not set(new.trace.experts(40)[0].reshape(-1).tolist()) & {1, 2}

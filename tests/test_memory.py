@@ -7,7 +7,7 @@ from model import memory
 from model.config import K3Config
 from model.k3 import K3Model
 from model.kda import KimiDeltaAttention
-from model.mla import GatedMLA, cache_values_per_token
+from model.mla import GatedMLA
 
 FULL = K3Config.full()
 
@@ -25,11 +25,6 @@ def test_k3_scale_values_worked_by_hand():
     assert h.nbytes(1_048_576) == 29_223_346_176
     assert h.nbytes(1_048_576, batch=4) == 4 * 29_223_346_176
     assert memory.all_mha(FULL).nbytes(1_048_576) == 2 * 2_285_568 * 1_048_576
-
-
-def test_mla_accounting_agrees_with_the_mla_module_formula():
-    assert memory.mla_values_per_token(FULL) == cache_values_per_token(FULL)["mla_latent"]
-    assert memory.mha_values_per_token(FULL) == cache_values_per_token(FULL)["mha"]
 
 
 def test_crossovers():

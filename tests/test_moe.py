@@ -31,7 +31,7 @@ def reference_moe(moe, x, act="situ_glu", quant=False, use_bias=True, top_k=None
     f_act = situ if act == "situ_glu" else swiglu
     E, k = moe.n_experts, top_k or moe.top_k
     Wr = moe.router.weight.double()
-    bias = moe.expert_bias.double() if use_bias else torch.zeros(E, dtype=torch.float64)
+    bias = moe.router.expert_bias.double() if use_bias else torch.zeros(E, dtype=torch.float64)
     sh = moe.shared
     ys, chosen_all = [], []
     for xt in x.double().reshape(-1, x.shape[-1]):
@@ -71,7 +71,7 @@ def make_moe(cfg=MICRO, seed=0, bias_scale=0.3):
     moe = LatentMoE(cfg).double()
     with torch.no_grad():
         moe.router.weight.normal_(0, 0.5)
-        moe.expert_bias.normal_(0, bias_scale)
+        moe.router.expert_bias.normal_(0, bias_scale)
     return moe
 
 
@@ -82,8 +82,8 @@ def test_parameters_match_accounting():
         assert moe.w_gate.shape == (cfg.n_routed_experts, cfg.expert_width, cfg.expert_hidden)
         assert moe.w_down.shape == (cfg.n_routed_experts, cfg.expert_hidden, cfg.expert_width)
     buffers, params = dict(moe.named_buffers()), dict(moe.named_parameters())
-    assert "expert_bias" in buffers and "expert_bias" not in params
-    assert "expert_bias" in moe.state_dict()
+    assert "router.expert_bias" in buffers and "router.expert_bias" not in params
+    assert "router.expert_bias" in moe.state_dict()
 
 
 @pytest.mark.parametrize("variant", ["plain", "quant", "swiglu", "no_latent", "override", "sparse_groups",
@@ -120,7 +120,7 @@ def test_routing_invariants():
     assert info.weights.shape == (3, 7, k) and info.cutoff.shape == (3, 7)
     assert all(len(set(row)) == k for row in info.indices.reshape(-1, k).tolist())
     torch.testing.assert_close(info.weights.sum(-1), torch.ones(3, 7, dtype=torch.float64))
-    biased = info.scores + moe.expert_bias
+    biased = info.scores + moe.router.expert_bias
     ranked = biased.sort(-1, descending=True)
     assert torch.equal(info.indices, ranked.indices[..., :k])   # ordered by biased score
     assert torch.equal(info.cutoff, ranked.values[..., k])      # the (k+1)-th biased score
@@ -133,14 +133,14 @@ def test_weights_are_renormalised_raw_scores():
     y0, info0 = moe(x)
     # A bias that changes the selection: the weights still use the raw scores only.
     with torch.no_grad():
-        moe.expert_bias.copy_(torch.linspace(-0.5, 0.5, MICRO.n_routed_experts))
+        moe.router.expert_bias.copy_(torch.linspace(-0.5, 0.5, MICRO.n_routed_experts))
     _, info1 = moe(x)
     assert not torch.equal(info0.indices, info1.indices)
     raw = info1.scores.gather(-1, info1.indices)
     torch.testing.assert_close(info1.weights, raw / raw.sum(-1, keepdim=True), rtol=0, atol=1e-15)
     # A bias that shifts every expert alike selects the same experts: identical outputs.
     with torch.no_grad():
-        moe.expert_bias.fill_(0.37)
+        moe.router.expert_bias.fill_(0.37)
     y2, info2 = moe(x)
     assert torch.equal(info0.indices, info2.indices) and torch.equal(y0, y2)
     assert torch.equal(info0.weights, info2.weights)
@@ -150,7 +150,7 @@ def test_overrides():
     moe = make_moe()
     E, k = MICRO.n_routed_experts, MICRO.top_k
     x = torch.randn(2, 8, MICRO.d_model, dtype=torch.float64)
-    bias_before = moe.expert_bias.clone()
+    bias_before = moe.router.expert_bias.clone()
     _, info = moe(x, routing=RoutingOverride(knocked_out=(0, 5, 9)))
     assert not np.isin(info.indices.numpy(), [0, 5, 9]).any()
     _, info = moe(x, routing=RoutingOverride(forced=(11, 3)))
@@ -162,7 +162,7 @@ def test_overrides():
     _, one = moe(x, routing=RoutingOverride(top_k=1, use_bias=False))
     assert torch.equal(one.indices[..., 0], one.scores.argmax(-1))
     assert torch.equal(one.weights, torch.ones_like(one.weights))
-    assert torch.equal(moe.expert_bias, bias_before)                    # overrides mutate nothing
+    assert torch.equal(moe.router.expert_bias, bias_before)                    # overrides mutate nothing
     for bad in (RoutingOverride(forced=(1,), knocked_out=(1,)), RoutingOverride(forced=(E,)),
                 RoutingOverride(knocked_out=(-1,)), RoutingOverride(top_k=2, forced=(1, 2, 3)),
                 RoutingOverride(top_k=0), RoutingOverride(top_k=E + 1), RoutingOverride(forced=(2, 2)),
@@ -192,10 +192,12 @@ def test_training_gradients_reach_router_and_experts():
             assert p.grad is not None and p.grad.abs().sum() > 0
     moe.eval()
     with torch.no_grad():
-        a, _ = moe(x, quant=True)
-        b, _ = moe(x, quant=True)                 # served from the quantised-weight cache
+        a, _ = moe(x, quant=True)                 # quantised in the call, stored nowhere
+        assert moe._quantised is None
+        moe.precompute_quant()
+        b, _ = moe(x, quant=True)                 # served from the load-time copy
         moe.w_gate.mul_(2)
-        c, _ = moe(x, quant=True)                 # the cache notices the weight changed
+        c, _ = moe(x, quant=True)                 # an edited weight is not served the stale copy
     assert torch.equal(a, b) and not torch.equal(a, c)
 
 

@@ -81,7 +81,7 @@ def micro_problem(tmp_path, dtype=torch.float32, tokens=10):
     moe = LatentMoE(cfg).eval().to(dtype)
     with torch.no_grad():
         moe.router.weight.normal_(0, 0.5)
-        moe.expert_bias.normal_(0, 0.1)
+        moe.router.expert_bias.normal_(0, 0.1)
     x = torch.randn(tokens, cfg.d_model, dtype=dtype)
     return moe, x, write_problem(tmp_path / "p.safetensors", moe, x)
 

@@ -34,7 +34,7 @@ def micro():
     with torch.no_grad():
         for moe in model.moe_layers():
             moe.router.weight.normal_(0, 0.5)          # spread the scores so routing is not a tie
-            moe.expert_bias.normal_(0, 0.1)
+            moe.router.expert_bias.normal_(0, 0.1)
         out = model(torch.randint(0, 64, (1, 9)))
     return model, out
 
@@ -114,9 +114,10 @@ def test_live_activations_reproduce_latent_moe(micro):
                                    out.trace.outputs[(layer, "ffn")], rtol=1e-5, atol=1e-5)
         # and the FFN input they start from is the one LatentMoE itself maps to that output
         with torch.no_grad():
-            y, info = moe(ffn_input(model, out, layer))
-            y_swi, _ = moe(ffn_input(model, out, layer), activation="swiglu")
+            y, info = moe(ffn_input(out, layer))
+            y_swi, _ = moe(ffn_input(out, layer), activation="swiglu")
         assert torch.equal(info.indices.reshape(acts.experts.shape), acts.experts)
+        torch.testing.assert_close(y, out.trace.outputs[(layer, "ffn")], rtol=0, atol=1e-6)
         torch.testing.assert_close(recombine(moe, acts, "swiglu"), y_swi.reshape(-1, y.shape[-1]),
                                    rtol=1e-5, atol=1e-5)
     with pytest.raises(ValueError, match="not a MoE layer"):
@@ -137,7 +138,7 @@ def test_hidden_values_bounded_only_for_situ(micro):
 
 def test_chain_first_layer_is_the_real_routed_path(micro):
     model, out = micro
-    x = ffn_input(model, out, 1)
+    x = ffn_input(out, 1)
     table = routed_chain(chain_weights(model), x, 1.0, variants=(("situ_glu", True),))
     moe = model.layers[1].ffn
     with torch.no_grad():
@@ -149,7 +150,7 @@ def test_chain_first_layer_is_the_real_routed_path(micro):
 def test_chain_growth_and_the_two_fixes(micro):
     model, out = micro
     W = chain_weights(model)
-    x = ffn_input(model, out, 1)
+    x = ffn_input(out, 1)
     calm = chain_summary(routed_chain(W, x, 1.0), len(W))
     assert (calm["largest |h| (inf: overflow)"] < FP8_MAX).all()
     table = routed_chain(W, x, 8.0)

@@ -39,7 +39,7 @@ def test_packed_checkpoint_round_trip(tmp_path, tok):
     torch.manual_seed(0)
     model = K3Model(K3Config.tiny()).eval()
     for moe in model.moe_layers():
-        moe.expert_bias.normal_()
+        moe.router.expert_bias.normal_()
     path, card = tmp_path / "m.safetensors", tmp_path / "m.json"
     info = save_pretrained(model, {"steps": 0}, path, card)
     assert info["bytes"] <= 25_000_000
@@ -48,9 +48,17 @@ def test_packed_checkpoint_round_trip(tmp_path, tok):
     state, orig = loaded.state_dict(), model.state_dict()
     w = "layers.5.ffn.w_up"
     assert torch.equal(state[w], mx_fake_quant(orig[w].reshape(896, -1), "e2m1", per_row=True).reshape(orig[w].shape))
-    assert torch.equal(state["layers.5.ffn.expert_bias"], orig["layers.5.ffn.expert_bias"])
+    assert torch.equal(state["layers.5.ffn.router.expert_bias"], orig["layers.5.ffn.router.expert_bias"])
     assert torch.equal(state["layers.5.attn_norm.weight"], orig["layers.5.attn_norm.weight"].bfloat16().float())
     assert not any(p.requires_grad for p in loaded.parameters())
+    # the stored experts are their own MXFP4 quantisation, so load_pretrained serves them as is for
+    # quant=True: the same logits as quantising them in the call
+    ids = torch.randint(0, 4096, (1, 5))
+    with torch.no_grad():
+        served = loaded(ids, quant=True).logits
+        for moe in loaded.moe_layers():
+            moe._quantised = None
+        assert torch.equal(loaded(ids, quant=True).logits, served)
     # a flipped byte is caught by the checksum, with the fix in the message
     data = bytearray(path.read_bytes())
     data[-10] ^= 0xFF
