@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import html
 import math
-import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -24,7 +23,7 @@ import torch
 from app.text import md_escape
 from model.accounting import count_params, glu
 from model.config import K3Config
-from model.k3 import K3Model, K3Output, RoutingOverride
+from model.k3 import K3Model, K3Output, RoutingOverride, RunOptions
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets"
 HELDOUT_PATH = ASSETS / "heldout_sample.txt"
@@ -41,11 +40,6 @@ COLOURINGS = {"probability": "router probability of the token", "load": "load ov
 
 
 # ---- the grid ------------------------------------------------------------------------------------
-
-def grid_position(expert: int, cols: int = GRID_COLS) -> tuple[int, int]:
-    """(row, column) of an expert in the grid: row-major, `cols` experts per row."""
-    return expert // cols, expert % cols
-
 
 def shard_of(expert: int, n_experts: int = 896, n_shards: int = N_SHARDS) -> int:
     return expert // (n_experts // n_shards)
@@ -202,6 +196,25 @@ def layer_grid(out: K3Output, layer: int, token: int, knocked: tuple[int, ...] =
     })
 
 
+def layer_pairs(out: K3Output, layer: int, pieces) -> pd.DataFrame:
+    """One row per (token, routed expert) pair of one MoE layer: where the expert sits in the grid and the
+    pair's output weight (the linked token/expert view)."""
+    experts = out.trace.experts(layer)[0].numpy()                         # [T, k]
+    weights = out.trace.weights(layer)[0].double().numpy()                # [T, k]
+    T, k = experts.shape
+    token = np.repeat(np.arange(T), k)
+    e = experts.reshape(-1).astype(int)
+    return pd.DataFrame({"token": token, "piece": [visible(pieces[t]) for t in token], "expert": e,
+                         "row": e // GRID_COLS, "col": e % GRID_COLS, "weight": weights.reshape(-1)})
+
+
+def expert_loads(pairs: pd.DataFrame, n_experts: int) -> pd.DataFrame:
+    """Per expert: its place in the grid, its shard and how many of the pairs chose it."""
+    e = np.arange(n_experts)
+    return pd.DataFrame({"expert": e, "row": e // GRID_COLS, "col": e % GRID_COLS,
+                         "load": np.bincount(pairs["expert"], minlength=n_experts), "shard": e // (n_experts // N_SHARDS)})
+
+
 def changed_choices(base: K3Output, new: K3Output, token: int, from_layer: int) -> pd.DataFrame:
     """Per MoE layer >= from_layer: how many of the token's original experts are no longer chosen
     (dropped), how many new ones are (added), and the sizes of both sets."""
@@ -212,6 +225,19 @@ def changed_choices(base: K3Output, new: K3Output, token: int, from_layer: int) 
         rows.append({"layer": layer, "dropped": len(before - after), "added": len(after - before),
                      "k_before": len(before), "k_after": len(after)})
     return pd.DataFrame(rows, columns=["layer", "dropped", "added", "k_before", "k_after"])
+
+
+def changed_caption(diff: pd.DataFrame, from_layer: int, scope: str) -> str:
+    """What the 'changed choices' chart shows, in words: a layer routes the token differently when it
+    dropped any of the token's experts or added any (going dense adds ~880 and drops none)."""
+    moved = int(((diff["dropped"] > 0) | (diff["added"] > 0)).sum())
+    dropped, added = int(diff["dropped"].sum()), int(diff["added"].sum())
+    text = (f"Per layer from {from_layer} on: how many of the experts this token used before the change are no "
+            f"longer chosen (dropped, {dropped} in all) and how many new ones are (added, {added} in all). "
+            f"{moved} of {len(diff)} layers route it differently")
+    if scope == "only":
+        return text + " — the layers after the changed one too, because their input changed."
+    return text + "."
 
 
 def top_predictions(out: K3Output, token: int, pieces_of, n: int = 5) -> pd.DataFrame:
@@ -382,34 +408,21 @@ def plot_label(piece: str, limit: int = 24) -> str:
 
 # ---- cached wrappers for the page (the only Streamlit here) ---------------------------------------
 
-_lock = threading.Lock()
-
-
 def rerouted(ids, layer: int, settings: Rerouting) -> K3Output | None:
-    """The live model re-run with the settings from the first layer they touch (model.resume reuses
-    every earlier layer of the cached base forward); None when the settings change nothing."""
-    from app.live import live
-    plan = settings.plan(layer, live().model.cfg)
+    """The live model re-run with the settings from the first layer they touch (app.live.resume:
+    model.resume reuses every earlier layer of the cached base forward); None when they change nothing."""
+    from app import live
+    plan = settings.plan(layer, live.live().model.cfg)
     if plan is None:
         return None
     start, routing = plan
-    key = ("from", routing) if isinstance(routing, RoutingOverride) else ("only", start, routing[start])
-    return _resume(tuple(ids), start, key)
-
-
-@st.cache_resource(max_entries=8, show_spinner=False)   # ~40 MB each at 128 tokens
-def _resume(ids: tuple[int, ...], start: int, key: tuple) -> K3Output:
-    from app.live import forward, live
-    base = forward(ids)
-    routing = key[1] if key[0] == "from" else {key[1]: key[2]}
-    with _lock, torch.inference_mode():
-        return live().model.resume(base, start, routing=routing)
+    return live.resume(ids, start, RunOptions(routing))
 
 
 @st.cache_resource(show_spinner=False)
 def heldout() -> HeldOut:
-    from app.live import live
+    from app.live import computing, live
     lv = live()
     ids = lv.tokenizer.encode(HELDOUT_PATH.read_text(encoding="utf-8"))
-    with _lock:
+    with computing():
         return heldout_summary(lv.model, ids)

@@ -4,17 +4,28 @@ from __future__ import annotations
 
 import streamlit as st
 
-from app import export, urlstate
+from app import export, state
 from app.text import md_escape
 
-PROMPT_PARAMS = urlstate.PROMPT_PARAMS
-
-# Query parameters every page understands (Streamlit's embed options, presenter mode); never reported
-# as unknown.
-STREAMLIT_PARAMS = {"embed", "embed_options", "present"}
 IMAGE_FORMATS = ("png", "svg")
-K_FORMAT, K_PRESENT, K_CHART_SEQ = "chart_image_format", "presenter_mode", "_chart_seq"
-K_PAGE = "_page_url_path"          # the page of this run (streamlit_app.py), for the guided tour
+K_FORMAT, K_PRESENT = "chart_image_format", "presenter_mode"
+K_PAGE = state.K_PAGE              # the page of this run (streamlit_app.py), for the guided tour
+
+# ---- the prompt and the token: one owner each, shared by every page ---------------------------------------
+
+OWN_TEXT, OWN_SLUG = "Your own text", "own"
+MAX_LINK_TEXT = 2000                # characters of typed text written into a link (= app.live.MAX_CHARS)
+
+
+def _preset_slugs() -> dict[str, str]:
+    from app.live import PRESETS
+    return {name.lower(): name for name in PRESETS} | {OWN_SLUG: OWN_TEXT}
+
+
+PROMPT = (state.Choice("preset", "prose", "prompt preset", shared=True, key="prompt_preset",
+                       options=tuple(_preset_slugs())),
+          state.Text("text", "", "typed text", shared=True, key="prompt_text", most=MAX_LINK_TEXT))
+TOKEN = state.Index("token", None, "token", shared=True)
 
 
 def page_header(title: str, lead: str, try_this: str | None = None) -> None:
@@ -55,57 +66,53 @@ def plotly_config(image_format: str = "png") -> dict:
 
 def chart(fig, caption: str, alt: str, key: str | None = None, **kwargs):
     """A plotly figure in the theme's colours, with a caption saying what to look at and its data as CSV.
-    The image download (PNG or SVG) is the camera button of the chart's toolbar."""
+    The image download (PNG or SVG) is the camera button of the chart's toolbar. In presenter mode the
+    figure (a copy: figures may be cached and shared) gets larger type and more height."""
     ss = st.session_state
-    if ss.get(K_PRESENT):                     # presenter mode: larger type (a copy: figures may be shared)
+    if ss.get(K_PRESENT):
         import plotly.graph_objects as go
-        fig = go.Figure(fig).update_layout(font_size=17)
+        fig = go.Figure(fig)
+        height = fig.layout.height or 450
+        fig.update_layout(font_size=max(17, (fig.layout.font.size or 12) + 4), height=int(max(height * 1.35, 560)))
     out = st.plotly_chart(fig, config=plotly_config(ss.get(K_FORMAT, "png")), alt=alt, key=key, **kwargs)
     st.caption(caption)
-    seq = ss[K_CHART_SEQ] = ss.get(K_CHART_SEQ, 0) + 1
     stem = export.file_stem(alt)
     st.download_button("Chart data (CSV)", data=lambda: export.figure_frame(fig).to_csv(index=False),
-                       file_name=f"{stem}.csv", mime="text/csv", key=f"csv_{key or stem}_{seq}",
+                       file_name=f"{stem}.csv", mime="text/csv", key=f"csv_{key or stem}",
                        on_click="ignore", type="tertiary", icon=":material/download:",
                        help="the numbers behind this chart; the camera in the chart's toolbar saves the picture")
     return out
 
 
-def ignore_unknown_params(known: set[str] = frozenset()) -> None:
-    """Tell the person (once, on the page) which link parameters were not understood, and drop them."""
-    unknown = [k for k in st.query_params.keys() if k not in known | STREAMLIT_PARAMS]
-    if not unknown:
-        return
-    names = ", ".join(md_escape(k, 40) for k in unknown[:5]) + (" …" if len(unknown) > 5 else "")
-    st.info(f"This page ignored link parameters it does not use: {names}.", icon=":material/link_off:")
-    for k in unknown:
-        del st.query_params[k]
+def _own_text_typed(view: state.View) -> None:
+    """The text box changed: a text that is no preset's is the person's own."""
+    from app.live import PRESETS
+    text = st.session_state.get("prompt_text") or ""
+    match = next((name.lower() for name, preset in PRESETS.items() if preset == text), None)
+    if match is None:
+        view.set("preset", OWN_SLUG)
+        view.set("text", text[:MAX_LINK_TEXT])
+    else:
+        view.set("preset", match)
+        view.set("text", "")
 
 
-def prompt_input(key: str = "prompt"):
-    """Preset picker + text box, both bound to the link (`preset`, `text`); returns a validated
-    app.live.Prompt, or None after showing why."""
-    from app.live import DEFAULT_PRESET, PRESETS, Prompt, live, prepare_prompt
+def prompt_input(view: state.View):
+    """Preset picker + text box, bound to the link (`preset`, `text`) and shared by every page; returns a
+    validated app.live.Prompt, or None after showing why. The page declares ui.PROMPT among its controls."""
+    from app.live import PRESETS, Prompt, live, prepare_prompt
     lv = live()
-    ss = st.session_state
-    names = list(PRESETS) + [urlstate.OWN_TEXT]
-    preset_key, own_key = f"{key}_preset", f"{key}_text_{urlstate.OWN_TEXT}"
-    if f"_{key}_link_read" not in ss:              # a session's first visit: the link sets the prompt
-        ss[f"_{key}_link_read"] = True
-        preset, text, notes = urlstate.prompt_from_params(st.query_params, PRESETS)
-        for note in notes:
-            st.info(note, icon=":material/link_off:")
-        if preset is not None:
-            ss[preset_key] = preset
-        if text is not None:
-            ss[own_key] = text
-    ss.setdefault(preset_key, DEFAULT_PRESET)
-    preset = st.segmented_control("Prompt", names, key=preset_key) or DEFAULT_PRESET
-    text_key = f"{key}_text_{preset}"
-    ss.setdefault(text_key, PRESETS.get(preset, ""))
-    text = st.text_area("Text the live model reads", key=text_key, height=80, max_chars=None,
-                        placeholder="Type a sentence, some code, numbers…")
-    urlstate.write_params(urlstate.prompt_to_params(preset, text or ""), urlstate.PROMPT_PARAMS)
+    slugs = _preset_slugs()
+    if "text" in view.from_link and "preset" not in view.from_link:     # a text alone is the person's own
+        view.set("preset", OWN_SLUG)
+    elif "text" in view.from_link and view["preset"] != OWN_SLUG:
+        state.notice(f"The link named the {slugs[view['preset']]} preset and a text: showing the preset.")
+        view.set("text", "")
+    preset = view.draw(st.segmented_control, "preset", "Prompt", list(slugs), format_func=slugs.get)
+    text = view["text"] if preset == OWN_SLUG else PRESETS[slugs[preset]]
+    st.session_state["prompt_text"] = text
+    st.text_area("Text the live model reads", key="prompt_text", height=80, max_chars=None,
+                 placeholder="Type a sentence, some code, numbers…", on_change=_own_text_typed, args=(view,))
     result = prepare_prompt(text, lv.tokenizer)
     if isinstance(result, str):
         st.info(result, icon=":material/edit_note:")
@@ -116,14 +123,27 @@ def prompt_input(key: str = "prompt"):
     return result
 
 
+def token_index(view: state.View, ids, widget, label: str, *args, **kwargs) -> int:
+    """The shared token (a position in the prompt, 0-based), drawn with the page's widget. A new prompt
+    starts at its last token; a position the link asked for that the prompt lacks moves, with a notice."""
+    store = state._store(state.SHARED)
+    ids = tuple(ids)
+    if store.get("_token_ids") not in (None, ids) and "token" not in view.from_link:
+        store.pop("token", None)
+    store["_token_ids"] = ids
+    return view.draw(widget, "token", label, *args, options=range(len(ids)), default=len(ids) - 1, **kwargs)
+
+
 # ---- the shared sidebar (streamlit_app.py) ------------------------------------------------------------
 
 _TRUE = {"1", "true", "on", "yes"}
 
 # Presenter mode: static CSS written by us (no user text). Large type, the page's controls hidden (the
-# link already fixed the view), each chart one screen tall with the page snapping from chart to chart.
+# link already fixed the view). Charts are made taller by ui.chart itself (a figure height), never by
+# restyling plotly's container: plotly measures that container, and a flex or min-height box around it
+# drew charts without their axes and legends.
 PRESENTER_CSS = """
-<style>
+<style id="k3-presenter">
 [data-testid="stMain"] [data-testid="stMarkdownContainer"] p,
 [data-testid="stMain"] [data-testid="stMarkdownContainer"] li { font-size: 1.45rem !important; line-height: 1.5; }
 [data-testid="stMain"] [data-testid="stCaptionContainer"] p { font-size: 1.2rem !important; }
@@ -135,20 +155,21 @@ PRESENTER_CSS = """
   [data-testid="stNumberInput"], [data-testid="stRadio"], [data-testid="stCheckbox"],
   [data-testid="stButtonGroup"], [data-testid="stButton"], [data-testid="stDownloadButton"],
   [data-testid="stPageLink"]) { display: none !important; }
-[data-testid="stMain"] { scroll-snap-type: y proximity; }
-[data-testid="stMain"] [data-testid="stPlotlyChart"] {
-  min-height: 86vh; display: flex; flex-direction: column; justify-content: center; scroll-snap-align: start; }
 </style>
 """
 
 
-def _share_link() -> str | None:
-    base = st.context.url
-    if not base:
-        return None
-    from urllib.parse import urlencode
-    params = st.query_params.to_dict()
-    return base + ("?" + urlencode(params) if params else "")
+def presenting_in_link() -> bool:
+    return str(st.query_params.get("present", "")).strip().lower() in _TRUE
+
+
+def presenter_style() -> None:
+    """Presenter mode's style sheet, when it is on (also in an embedded page, which has no sidebar)."""
+    ss = st.session_state
+    if K_PRESENT not in ss:
+        ss[K_PRESENT] = presenting_in_link()
+    if ss[K_PRESENT]:
+        st.html(PRESENTER_CSS)
 
 
 def sidebar_controls() -> None:
@@ -156,12 +177,12 @@ def sidebar_controls() -> None:
     the page runs, inside `with st.sidebar`."""
     ss = st.session_state
     if K_PRESENT not in ss:
-        ss[K_PRESENT] = str(st.query_params.get("present", "")).strip().lower() in _TRUE
+        ss[K_PRESENT] = presenting_in_link()
     st.toggle("Presenter mode", key=K_PRESENT,
-              help="large type, the page's controls hidden, one chart per screen: set the view up first, "
+              help="large type, the page's controls hidden, taller charts: set the view up first, "
                    "then switch it on (the link keeps it: present=1)")
     if ss[K_PRESENT]:
-        st.markdown(PRESENTER_CSS, unsafe_allow_html=True)
+        st.html(PRESENTER_CSS)
         if st.query_params.get("present") != "1":
             st.query_params["present"] = "1"
     elif "present" in st.query_params:
@@ -170,7 +191,6 @@ def sidebar_controls() -> None:
     st.segmented_control("Chart downloads", IMAGE_FORMATS, key=K_FORMAT, format_func=str.upper,
                          help="what the camera button in each chart's toolbar saves; every chart also offers "
                               "its data as CSV below its caption")
-    ss[K_CHART_SEQ] = 0
 
 
 def glossary_lookup() -> None:
@@ -187,19 +207,66 @@ def glossary_lookup() -> None:
                          query_params={"term": term.slug})
 
 
-def share_box(container) -> None:
-    """'Link to this view' with a copy button, and the embed recipe; fill after the page has run, when
-    the link holds every control's value."""
-    link = _share_link()
-    if link is None:                            # no browser (AppTest): nothing to share
-        return
-    with container:
-        st.markdown("**Link to this view**")
-        st.code(link, language=None, wrap_lines=True)
-        st.caption("The copy icon at its right copies it; it reopens this page with the same prompt and "
-                   "settings.")
-        embed = link + ("&" if "?" in link else "?") + "embed=true"
-        with st.expander("Embed in a lesson"):
-            st.code(f'<iframe src="{embed}" width="100%" height="900" style="border:0"></iframe>',
-                    language="html", wrap_lines=True)
-            st.caption("`embed=true` hides the sidebar and menu; add `&present=1` for large type.")
+# The link box: a static snippet of ours (no user text is ever put into it: the script reads the address
+# bar itself and shows it as plain text), so it is always the current link, also after a fragment rerun
+# or a slider move that redraws nothing else.
+SHARE_HTML = """
+<div id="k3-share" style="font-size:0.85rem">
+  <div style="font-weight:600;margin-bottom:0.3rem">Link to this view</div>
+  <div style="display:flex;gap:0.4rem">
+    <input id="k3-share-link" readonly aria-label="Link to this view"
+      style="flex:1;min-width:0;font:inherit;font-family:monospace;font-size:0.75rem;padding:0.3rem;color:inherit;
+             background:transparent;border:1px solid rgba(128,128,128,0.45);border-radius:0.4rem">
+    <button id="k3-share-copy" type="button"
+      style="font:inherit;padding:0.2rem 0.6rem;color:inherit;background:transparent;cursor:pointer;
+             border:1px solid rgba(128,128,128,0.45);border-radius:0.4rem">Copy</button>
+  </div>
+  <div style="opacity:0.7;margin-top:0.3rem">It reopens this page with the same prompt and settings.</div>
+  <details style="margin-top:0.4rem"><summary>Embed in a lesson</summary>
+    <textarea id="k3-share-embed" readonly rows="4" aria-label="Embed code"
+      style="width:100%;font-family:monospace;font-size:0.72rem;color:inherit;background:transparent;
+             border:1px solid rgba(128,128,128,0.45);border-radius:0.4rem"></textarea>
+    <div style="opacity:0.7">embed=true shows the page alone (no navigation, no sidebar); add &amp;present=1 for
+      large type.</div>
+  </details>
+</div>
+<script>
+(function () {
+  const links = () => {
+    const url = new URL(window.location.href);
+    url.searchParams.delete("embed");
+    const embed = new URL(url.href);
+    embed.searchParams.set("embed", "true");
+    return [url.href, '<iframe src="' + embed.href.replaceAll('"', "%22") +
+            '" width="100%" height="900" style="border:0"></iframe>'];
+  };
+  const show = () => {
+    const box = document.getElementById("k3-share-link");
+    const code = document.getElementById("k3-share-embed");
+    if (!box) { return; }
+    const [link, iframe] = links();
+    if (box.value !== link) { box.value = link; }
+    if (code && code.value !== iframe) { code.value = iframe; }
+  };
+  if (window.k3ShareTimer) { clearInterval(window.k3ShareTimer); }
+  window.k3ShareTimer = setInterval(show, 400);
+  show();
+  document.addEventListener("click", (event) => {
+    if (!event.target || event.target.id !== "k3-share-copy") { return; }
+    show();
+    const box = document.getElementById("k3-share-link");
+    const done = () => { event.target.textContent = "Copied"; setTimeout(() => event.target.textContent = "Copy", 1500); };
+    if (navigator.clipboard && window.isSecureContext) {
+      navigator.clipboard.writeText(box.value).then(done);
+    } else {
+      box.select(); document.execCommand("copy"); done();
+    }
+  }, {once: false});
+})();
+</script>
+"""
+
+
+def share_box() -> None:
+    """'Link to this view' with a copy button, and the embed recipe (in the sidebar)."""
+    st.html(SHARE_HTML, unsafe_allow_javascript=True)

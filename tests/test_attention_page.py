@@ -75,10 +75,10 @@ def test_batch_slider_scales_the_curves(page):
 
 
 def test_state_keeps_its_size_while_the_cache_grows(page):
-    T = int(page.slider(key="att_token").max)
+    T = len(page.select_slider(key="att_token").options)       # positions 0..T-1, shown as 1..T
     sizes, written = set(), []
     for t in (1, T):
-        page.slider(key="att_token").set_value(t).run()
+        page.select_slider(key="att_token").set_value(t - 1).run()
         specs = charts(page)
         sizes.add(values(specs[1]["data"][0]["z"]).shape if isinstance(specs[1]["data"][0]["z"], dict)
                   else np.asarray(specs[1]["data"][0]["z"]).shape)
@@ -100,12 +100,12 @@ def test_measured_cache_counts_match_the_accounting(page):
 
 
 def test_empty_prompt_gets_a_message_and_the_k3_scale_charts_stay(page):
-    page.segmented_control(key="att_prompt_preset").set_value("Your own text").run()
-    page.text_area(key="att_prompt_text_Your own text").set_value("   ").run()
+    page.segmented_control(key="prompt_preset").set_value("own").run()
+    page.text_area(key="prompt_text").set_value("   ").run()
     assert not page.exception
     assert any("empty" in i.value for i in page.info)
     assert len(trace_names(page)) == 3           # stack, memory, planes
-    page.text_area(key="att_prompt_text_Your own text").set_value("<b>x</b> " * 300).run()
+    page.text_area(key="prompt_text").set_value("<b>x</b> " * 300).run()
     assert not page.exception and len(trace_names(page)) == 5
 
 
@@ -113,8 +113,8 @@ def test_bad_link_parameters_are_clamped_with_a_notice():
     at = open_page({"kda": "3", "head": "zz", "ctx": "1000", "batch": "99999", "token": "-4"})
     notes = " ".join(i.value for i in at.info)
     assert "KDA layer 3 is not available" in notes and "showing 2" in notes     # layer 3 is MLA -> KDA 2
-    assert "not understood" in notes                                            # head=zz
+    assert "not a whole number" in notes                                       # head=zz
     assert at.select_slider(key="att_ctx").value == 1024
     assert at.slider(key="att_batch").value == 256
-    assert at.slider(key="att_token").value == 1
+    assert at.select_slider(key="att_token").value == 0          # token -4 -> the first position
     assert at.query_params["kda"] in ("2", ["2"])

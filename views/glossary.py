@@ -1,13 +1,24 @@
 """Glossary: every term the pages use, defined in a sentence or two and linked to the page that shows it live."""
 import streamlit as st
 
-from app import ui
+from app import state, ui
 from app.glossary import MAX_QUERY, TERMS, Term, by_slug, search
 from app.navigation import PAGES
 from app.text import md_escape
 
-K_QUERY = "glossary_q"
-ui.ignore_unknown_params({"term", "q"})
+
+
+class TermSlug(state.Control):
+    """?term=mxfp4: one term shown first."""
+
+    def parse(self, raw):
+        if by_slug(raw) is None:
+            return None, (f"The link asks for the term “{md_escape(raw, 40)}”, which this glossary does not have; "
+                          "search for it below instead.")
+        return by_slug(raw).slug, None
+
+
+view = state.page(TermSlug("term", None, "term"), state.Text("q", "", "search text", most=MAX_QUERY, key="glossary_q"))
 ui.page_header(
     "Glossary",
     "The terms the pages use, from *token* to *MXFP4*, each defined in a sentence or two and linked to the page "
@@ -30,29 +41,15 @@ def show(term: Term) -> None:
 
 
 # ---- the link: one term first -----------------------------------------------------------------------------
-raw_term = st.query_params.get("term")
-linked = by_slug(raw_term) if raw_term is not None else None
-if raw_term is not None and linked is None:
-    st.info(f"The link asks for the term “{md_escape(raw_term, 40)}”, which this glossary does not have; "
-            "search for it below instead.", icon=":material/link_off:")
-    del st.query_params["term"]
+linked = by_slug(view["term"]) if view["term"] else None
 if linked is not None:
     with st.container(border=True):
         st.badge("The term your link points to", icon=":material/link:", color="blue")
         show(linked)
 
 # ---- search -----------------------------------------------------------------------------------------------
-if K_QUERY not in st.session_state:
-    raw_q = st.query_params.get("q") or ""
-    if len(raw_q) > MAX_QUERY:
-        st.info(f"The link's search text was cut to its first {MAX_QUERY} characters.", icon=":material/content_cut:")
-    st.session_state[K_QUERY] = raw_q[:MAX_QUERY]
-query = st.text_input("Search the glossary", key=K_QUERY, max_chars=MAX_QUERY,
-                      placeholder="a word from a term or its definition, e.g. latent, cache, 448")
-if query.strip():
-    st.query_params["q"] = query
-elif "q" in st.query_params:
-    del st.query_params["q"]
+query = view.draw(st.text_input, "q", "Search the glossary", max_chars=MAX_QUERY,
+                  placeholder="a word from a term or its definition, e.g. latent, cache, 448")
 
 matches = search(query)
 if not matches:

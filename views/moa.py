@@ -1,21 +1,13 @@
 """MoE vs Mixture of Agents: one sparse model against N dense models of the same total size, costed."""
 import streamlit as st
 
-from app import ui, urlstate
+from app import state, ui
 from app.attention import fmt_tokens
 from app.charts.moa import costs_figure, step_figure, sweep_figure
 from app.moa import (BANDWIDTHS, CONTEXTS, DEFAULTS, N_AGENTS, OUTPUTS, PRECISION_NAMES, PRECISIONS, assumptions,
                      context_sweep, cost_table, matched_size, qualitative, scenario, show, size_bounds, step_breakdown)
 
 
-def parse_bool(raw: str) -> bool:
-    value = {"1": True, "true": True, "yes": True, "0": False, "false": False, "no": False}.get(str(raw).lower())
-    if value is None:
-        raise ValueError(raw)
-    return value
-
-
-ui.ignore_unknown_params({"n", "match", "size", "context", "out", "bw", "prec"})
 ui.page_header(
     "MoE vs Mixture of Agents",
     "A mixture of experts picks a few small experts for every token inside one network; a **Mixture of Agents** "
@@ -26,32 +18,32 @@ ui.page_header(
 )
 
 lo, hi = size_bounds()
-urlstate.sync("moa_n", "n", DEFAULTS["n"], N_AGENTS, "number of agents")
-urlstate.sync("moa_match", "match", True, [True, False], "matching", parse=parse_bool)
-urlstate.sync("moa_size", "size", matched_size(DEFAULTS["n"]), range(lo, hi + 1), "agent size")
-urlstate.sync("moa_context", "context", DEFAULTS["context"], CONTEXTS, "context")
-urlstate.sync("moa_out", "out", DEFAULTS["output"], OUTPUTS, "output length")
-urlstate.sync("moa_bw", "bw", DEFAULTS["bw"], BANDWIDTHS, "bandwidth", parse=lambda s: round(float(s), 1))
-urlstate.sync("moa_prec", "prec", DEFAULTS["prec"], list(PRECISIONS), "agent precision", parse=str)
+view = state.page(
+    state.Int("n", DEFAULTS["n"], "number of agents", lo=N_AGENTS[0], hi=N_AGENTS[-1]),
+    state.Flag("match", True, "matching"),
+    state.Int("size", matched_size(DEFAULTS["n"]), "agent size", lo=lo, hi=hi),
+    state.Choice("context", DEFAULTS["context"], "context", options=tuple(CONTEXTS)),
+    state.Choice("out", DEFAULTS["output"], "output length", options=tuple(OUTPUTS)),
+    state.Choice("bw", DEFAULTS["bw"], "bandwidth", options=tuple(BANDWIDTHS)),
+    state.Choice("prec", DEFAULTS["prec"], "agent precision", options=tuple(PRECISIONS)),
+    prefix="moa",
+)
 
 c1, c2, c3 = st.columns([2, 1, 2])
-n = c1.slider("N dense agents", 1, N_AGENTS[-1], key="moa_n")
-match = c2.toggle("Match K3's size", key="moa_match",
+n = view.draw(c1.slider, "n", "N dense agents", 1, N_AGENTS[-1])
+match = view.draw(c2.toggle, "match", "Match K3's size",
                   help="On: each agent has K3's total / N parameters, so the N agents hold as much as K3.")
 if match:
-    st.session_state["moa_size"] = matched_size(n)
-size = c3.slider("Agent size (billions of parameters)", lo, hi, key="moa_size", disabled=match,
+    view.set("size", matched_size(n))
+size = view.draw(c3.slider, "size", "Agent size (billions of parameters)", lo, hi, disabled=match,
                  help=f"At least {lo}B: every agent carries K3's attention stack, embedding and head.")
 c1, c2, c3, c4 = st.columns(4)
-context = c1.select_slider("Prompt length (context)", CONTEXTS, key="moa_context", format_func=fmt_tokens)
-output = c2.select_slider("Answer length (tokens)", OUTPUTS, key="moa_out")
-bw = c3.select_slider("Memory bandwidth (TB/s)", BANDWIDTHS, key="moa_bw",
-                      help="Default 4.8 TB/s: one NVIDIA H200 (published by NVIDIA).")
-prec = c4.segmented_control("Agents' weights", list(PRECISIONS), format_func=PRECISION_NAMES.get, key="moa_prec",
-                            help="Bits per weight of the dense agents: bf16 16, FP8 8, MXFP4 4.25.") or "bf16"
-for param, value in (("n", n), ("match", int(match)), ("size", size), ("context", context), ("out", output),
-                     ("bw", bw), ("prec", prec)):
-    urlstate.remember(param, value)
+context = view.draw(c1.select_slider, "context", "Prompt length (context)", CONTEXTS, format_func=fmt_tokens)
+output = view.draw(c2.select_slider, "out", "Answer length (tokens)", OUTPUTS)
+bw = view.draw(c3.select_slider, "bw", "Memory bandwidth (TB/s)", BANDWIDTHS,
+               help="Default 4.8 TB/s: one NVIDIA H200 (published by NVIDIA).")
+prec = view.draw(c4.segmented_control, "prec", "Agents' weights", list(PRECISIONS), format_func=PRECISION_NAMES.get,
+                 help="Bits per weight of the dense agents: bf16 16, FP8 8, MXFP4 4.25.")
 
 s = scenario(n, size, context, output, bw, prec)
 table, k3, moa = cost_table(s)

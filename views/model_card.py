@@ -1,7 +1,7 @@
 """Model card: how the live tiny K3 was trained, what it learned, and what it is not."""
 import streamlit as st
 
-from app import ui
+from app import state, ui
 from app.charts.model_card import bias_figure, training_figure
 from app.live import banner, live
 from app.model_card import balanced_floor, config_table, load_json, train_log
@@ -9,7 +9,7 @@ from model.config import K3Config
 
 TINY = K3Config.tiny()
 
-ui.ignore_unknown_params()
+view = state.page()
 ui.page_header(
     "Model card: the live tiny K3",
     "Every page drives a **tiny live instance of K3's full architecture**: 93 layers (69 KDA + 24 gated "

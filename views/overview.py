@@ -1,13 +1,14 @@
 """Overview: the shape of Kimi K3 at a glance, every number computed from the config now."""
 import streamlit as st
 
-from app import ui
+from app import state, ui
 from app.charts.overview import breakdown_figure, frontier_figure, growth_figure, stack_figure
 from app.overview import breakdown, frontier_table, headlines, k2_published_note, k2_vs_k3, layer_stack
 from app.text import fmt_params
 from model.config import K3Config
 
-ui.ignore_unknown_params()
+view = state.page(state.Choice("count", "total", "parameter count", options=("total", "active"),
+                                key="breakdown_view"))
 cfg = K3Config.full()
 ui.page_header(
     "Kimi K3 at a glance",
@@ -37,8 +38,8 @@ ui.chart(stack_figure(stack, len(cfg.attnres_blocks)),
          alt="Chart of K3's 93 layers: attention type per layer (KDA or MLA), FFN type, and the 8 AttnRes blocks.")
 
 st.subheader("Where the parameters are")
-which = st.segmented_control("Count", ["total", "active"], default="total", key="breakdown_view",
-                             format_func={"total": "stored weights", "active": "used per token"}.get)
+which = view.draw(st.segmented_control, "count", "Count", ["total", "active"],
+                  format_func={"total": "stored weights", "active": "used per token"}.get)
 bd = breakdown(cfg)
 routed = bd.set_index("component").loc["routed experts"]
 ui.chart(breakdown_figure(bd, which or "total"),

@@ -2,14 +2,24 @@
 import streamlit as st
 
 from app import live as lv_mod
-from app import ui, urlstate
+from app import state, ui
 from app.charts.parallel import bytes_figure, fanout_figure, rank_bytes_figure, shard_load_figure, traffic_figure
 from app.parallel import (ASSIGN, DIVISORS, RUNNABLE, bytes_table, cached_routing, cached_traffic, expected_fanout,
                           fanout, ffn_input_of, run_layer, shard_pairs, shard_tokens)
 from app.text import md_escape
+from model.config import K3Config
 from model.parallel import LaunchError
 
-ui.ignore_unknown_params({"g", "layer", "assign", "dedup", "run_g"} | ui.PROMPT_PARAMS)
+TINY = K3Config.tiny()
+view = state.page(
+    *ui.PROMPT,
+    state.Choice("g", 8, "number of devices", options=tuple(DIVISORS)),
+    state.Choice("assign", "blocks", "token assignment", options=tuple(ASSIGN)),
+    state.Choice("layer", 5, "layer", options=tuple(TINY.moe_layers)),
+    state.Flag("dedup", False, "one copy per device"),
+    state.Choice("run_g", None, "processes", options=tuple(RUNNABLE)),
+    prefix="ep",
+)
 ui.page_header(
     "Expert parallelism",
     "K3's 896 experts do not fit on one accelerator, so they are split into shards, one per device, and every "
@@ -22,21 +32,16 @@ lv = lv_mod.live()
 lv_mod.banner(lv)
 cfg = lv.model.cfg
 n = cfg.n_routed_experts
-urlstate.sync("ep_g", "g", 8, DIVISORS, "number of devices")
-urlstate.sync("ep_assign", "assign", "blocks", list(ASSIGN), "token assignment", parse=str)
 c1, c2 = st.columns([3, 2])
-G = c1.select_slider("Devices G (divisors of 896)", DIVISORS, key="ep_g")
-assign = c2.segmented_control("Tokens start on devices by", list(ASSIGN), key="ep_assign",
-                              format_func=ASSIGN.get) or "blocks"
-urlstate.remember("g", G)
-urlstate.remember("assign", assign)
+G = view.draw(c1.select_slider, "g", "Devices G (divisors of 896)", DIVISORS)
+assign = view.draw(c2.segmented_control, "assign", "Tokens start on devices by", list(ASSIGN), format_func=ASSIGN.get)
 per = n // G
 c1, c2, c3 = st.columns(3)
 c1.metric("Experts per device", f"{per}", help="Computed: 896 / G. Published claim: 112 per GPU on 8 GPUs.")
 c2.metric("Expected devices per token (uniform routing)", f"{expected_fanout(n, cfg.top_k, G):.2f}",
           help="Derived: G · (1 − C(896 − 896/G, 16) / C(896, 16)), if a token's 16 experts were uniform.")
 
-prompt = ui.prompt_input(key="ep_prompt")
+prompt = ui.prompt_input(view)
 if prompt is None:
     st.stop()
 with st.spinner("Running the live model…"):
@@ -67,13 +72,11 @@ ui.chart(fanout_figure(fan, G, cfg.top_k, expected_fanout(n, cfg.top_k, G)),
          alt="Bar chart of the share of tokens whose experts sit on 1, 2, ... devices.", key="ep_fanout")
 
 st.subheader("The all-to-all traffic matrix")
-urlstate.sync("ep_layer", "layer", 5, cfg.moe_layers, "layer")
 c1, c2 = st.columns([3, 2])
-layer = c1.select_slider("MoE layer", cfg.moe_layers, key="ep_layer")
-dedup = c2.toggle("One copy per destination device", key="ep_dedup",
+layer = view.draw(c1.select_slider, "layer", "MoE layer", cfg.moe_layers)
+dedup = view.draw(c2.toggle, "dedup", "One copy per destination device",
                   help="Off: one row per (token, expert) pair, as this page's real run sends. On: a token's vector "
                        "goes once to a device however many of its experts live there.")
-urlstate.remember("layer", layer)
 M = cached_traffic(prompt.ids, cfg.moe_layers.index(layer), G, assign, dedup)
 local = int(M.trace())
 ui.chart(traffic_figure(M, "vectors" if dedup else "pairs"),
@@ -111,11 +114,9 @@ st.markdown(
     "with `all_to_all_single`, runs its local experts, sends the results back with a second `all_to_all_single`, "
     "and combines them. The gathered output is compared with the same layer run in this one process.")
 default_run = G if G in RUNNABLE else 8
-urlstate.sync("ep_run_g", "run_g", default_run, RUNNABLE, "processes")
 c1, c2 = st.columns([3, 2])
-G_run = c1.select_slider("Processes", RUNNABLE, key="ep_run_g",
-                         help="Divisors of 896 up to 8, one process each on this machine.")
-urlstate.remember("run_g", G_run)
+G_run = view.draw(c1.select_slider, "run_g", "Processes", RUNNABLE, default=default_run,
+                  help="Divisors of 896 up to 8, one process each on this machine.")
 if G not in RUNNABLE:
     st.caption(f"{G} devices is more processes than this machine runs; the real run uses up to 8.")
 key = (prompt.ids, layer, G_run, assign)

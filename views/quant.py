@@ -4,7 +4,7 @@ import numpy as np
 import streamlit as st
 
 from app import live as lv_mod
-from app import ui, urlstate
+from app import state, ui
 from app.attention import fmt_bytes
 from app.charts.quant_lab import behaviour_figure, block_figure, errors_figure, scales_figure, superscript
 from app.quant_lab import (BLOCK, COARSE_BLOCK, FORMAT_NAMES, HELDOUT_CHUNK, HELDOUT_ROWS, MATRICES, SOURCES, VARIANT_HOW,
@@ -12,11 +12,23 @@ from app.quant_lab import (BLOCK, COARSE_BLOCK, FORMAT_NAMES, HELDOUT_CHUNK, HEL
                            cached_layer_errors, cached_layer_scales, cached_prompt_comparison, e2m1_codes, explain_block,
                            GB_COLUMNS, k3_bytes_summary, k3_gb_table, weight_block)
 from app.text import fmt_params
+from model.config import K3Config
 from model.quant import E2M1_GRID, FORMATS, bits_per_value, element_grid, packed_bytes
 
 ELEMENT_MAX = {f: f"{FORMATS[f].max:g}" for f in FORMATS}
 
-ui.ignore_unknown_params({"source", "fmt", "layer", "matrix", "expert", "block", "variant"} | ui.PROMPT_PARAMS)
+TINY = K3Config.tiny()
+view = state.page(
+    *ui.PROMPT,
+    state.Choice("source", "shared", "block source", options=tuple(SOURCES)),
+    state.Choice("fmt", "e2m1", "format", options=tuple(FORMAT_NAMES)),
+    state.Choice("layer", TINY.moe_layers[len(TINY.moe_layers) // 2], "layer", options=tuple(TINY.moe_layers)),
+    state.Choice("matrix", "w_gate", "matrix", options=tuple(MATRICES)),
+    state.Int("expert", 0, "expert", lo=0, hi=TINY.n_routed_experts - 1),
+    state.Index("block", 0, "block"),
+    state.Choice("variant", "act", "experiment", options=tuple(VARIANTS)),
+    prefix="quant",
+)
 K3 = k3_bytes_summary()
 ui.page_header(
     "Quantization lab",
@@ -47,29 +59,18 @@ ui.chart(cached_figure("grids"),
 
 # ---- one block -------------------------------------------------------------------------------------
 st.subheader("How a block of 32 picks its scale")
-urlstate.sync("quant_source", "source", "shared", list(SOURCES), "block source", parse=str)
-urlstate.sync("quant_fmt", "fmt", "e2m1", list(FORMAT_NAMES), "format", parse=str)
 c1, c2 = st.columns([3, 2])
-source = c1.segmented_control("Block from", list(SOURCES), format_func=SOURCES.get, key="quant_source") or "shared"
-fmt = c2.segmented_control("Format", list(FORMAT_NAMES), format_func=FORMAT_NAMES.get, key="quant_fmt") or "e2m1"
-urlstate.remember("source", source)
-urlstate.remember("fmt", fmt)
+source = view.draw(c1.segmented_control, "source", "Block from", list(SOURCES), format_func=SOURCES.get)
+fmt = view.draw(c2.segmented_control, "fmt", "Format", list(FORMAT_NAMES), format_func=FORMAT_NAMES.get)
 moe_layers = cfg.moe_layers
-urlstate.sync("quant_layer", "layer", moe_layers[len(moe_layers) // 2], moe_layers, "layer")
-urlstate.sync("quant_matrix", "matrix", "w_gate", list(MATRICES), "matrix", parse=str)
-urlstate.sync("quant_expert", "expert", 0, range(cfg.n_routed_experts), "expert")
 n_blocks = blocks_per_tensor(model, "routed" if source == "example" else source)
-urlstate.sync("quant_block", "block", 0, range(n_blocks), "block")
 c1, c2, c3, c4 = st.columns([3, 2, 1, 1])
-layer = c1.select_slider("MoE layer", moe_layers, key="quant_layer")
-matrix = c2.segmented_control("Matrix", list(MATRICES), key="quant_matrix",
-                              disabled=source == "example") or "w_gate"
-expert = c3.number_input(f"Expert (0–{cfg.n_routed_experts - 1})", 0, cfg.n_routed_experts - 1, step=1,
-                         key="quant_expert", disabled=source != "routed")
-block = c4.number_input(f"Block (0–{n_blocks - 1})", 0, n_blocks - 1, step=1, key="quant_block",
-                        disabled=source == "example")
-for param, value in (("layer", layer), ("matrix", matrix), ("expert", expert), ("block", block)):
-    urlstate.remember(param, value)
+layer = view.draw(c1.select_slider, "layer", "MoE layer", moe_layers)
+matrix = view.draw(c2.segmented_control, "matrix", "Matrix", list(MATRICES), disabled=source == "example")
+expert = view.draw(c3.number_input, "expert", f"Expert (0–{cfg.n_routed_experts - 1})", 0, cfg.n_routed_experts - 1,
+                   step=1, disabled=source != "routed")
+block = view.draw(c4.number_input, "block", f"Block (0–{n_blocks - 1})", 0, n_blocks - 1, step=1,
+                  options=range(n_blocks), disabled=source == "example")
 
 if source == "example":
     values = EXAMPLES[fmt][0]
@@ -153,10 +154,8 @@ st.markdown(
     "The checkpoint's routed experts are **already MXFP4** (packed on disk), so there is no full-precision copy of "
     "them to compare with. Each experiment changes one thing and compares with the same **reference: the weights "
     "as stored, activations in float32** (`forward(quant=False)`).")
-prompt = ui.prompt_input(key="quant_prompt")
-urlstate.sync("quant_variant", "variant", "act", list(VARIANTS), "experiment", parse=str)
-variant = st.segmented_control("Experiment", list(VARIANTS), format_func=VARIANTS.get, key="quant_variant") or "act"
-urlstate.remember("variant", variant)
+prompt = ui.prompt_input(view)
+variant = view.draw(st.segmented_control, "variant", "Experiment", list(VARIANTS), format_func=VARIANTS.get)
 st.caption(f"**What is compared:** {VARIANT_HOW[variant]}")
 if prompt is not None:
     with st.spinner("Running the live model twice on the prompt and on the held-out sample…"):

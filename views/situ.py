@@ -4,8 +4,9 @@ import math
 import streamlit as st
 
 from app import live as lv_mod
-from app import ui, urlstate
+from app import state, ui
 from app.charts.situ import chain_figure, derivative_figure, factors_figure, grid_figure, histogram_figure, output_figure
+from model.config import K3Config
 from app.situ import (CAP, FP8_MAX, NAMES, cached_chain, cached_curves, cached_grid, cached_hidden, chain_summary,
                       histogram_summary, swiglu_crossings)
 
@@ -15,7 +16,18 @@ PLANES = [5, 10, 25, 50, 100, 250, 500, 1000]
 HIST_SCALES = [1, 2, 3, 5, 10, 20, 50]
 CHAIN_SCALES = [0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 7.0, 10.0]
 
-ui.ignore_unknown_params({"range", "up", "plane", "layer", "hscale", "chain"} | ui.PROMPT_PARAMS)
+view = state.page(
+    *ui.PROMPT,
+    state.Int("range", 10, "range", lo=1, hi=1000),
+    state.Int("up", 100, "up value", lo=-1000, hi=1000),
+    state.Flag("full", False, "full y range"),
+    state.Choice("plane", 50, "plane range", options=tuple(PLANES)),
+    state.Choice("layer", 5, "layer", options=tuple(K3Config.tiny().moe_layers)),
+    state.Choice("hscale", 1, "weight scale", options=tuple(HIST_SCALES)),
+    state.Choice("chain", 3.0, "chain weight scale", options=tuple(CHAIN_SCALES)),
+    state.Choice("metric", "max_h", "chain metric", options=("max_h", "rms_out"), key="situ_chain_metric"),
+    prefix="situ",
+)
 ui.page_header(
     "SiTU-GLU vs SwiGLU",
     "K3 replaces SwiGLU with **SiTU-GLU**, a gated activation whose output can never exceed **100** in size, "
@@ -31,15 +43,11 @@ st.caption("g = x W_gate and u = x W_up are the two pre-activations of a GLU fee
 
 # ---- curves ----------------------------------------------------------------------------------------
 st.subheader("The curves")
-urlstate.sync("situ_range", "range", 10, RANGES, "range")
-urlstate.sync("situ_up", "up", 100, UPS, "up value")
 c1, c2, c3 = st.columns([2, 2, 1])
-R = c1.slider("Range of g and u: ±", 1, 1000, key="situ_range", help="The x axis runs from -R to R.")
-up = c2.slider("Up value u for the output curve", -1000, 1000, key="situ_up")
-full = c3.toggle("Full y range", key="situ_full", help="Off: the y axis stops just past 448, so SwiGLU leaves the "
+R = view.draw(c1.slider, "range", "Range of g and u: ±", 1, 1000, help="The x axis runs from -R to R.")
+up = view.draw(c2.slider, "up", "Up value u for the output curve", -1000, 1000)
+full = view.draw(c3.toggle, "full", "Full y range", help="Off: the y axis stops just past 448, so SwiGLU leaves the "
                                                           "chart. On: the whole of SwiGLU's range.")
-urlstate.remember("range", R)
-urlstate.remember("up", up)
 df = cached_curves(float(R), float(up))
 cross = swiglu_crossings(float(up), FP8_MAX, -float(R), float(R))
 ui.chart(output_figure(df, up, cross, full),
@@ -66,9 +74,7 @@ ui.chart(derivative_figure(df, up),
          key="situ_derivs")
 
 st.subheader("Both functions over the whole gate × up plane")
-urlstate.sync("situ_plane", "plane", 50, PLANES, "plane range")
-plane = st.select_slider("Plane range: g and u from − to +", PLANES, key="situ_plane")
-urlstate.remember("plane", plane)
+plane = view.draw(st.select_slider, "plane", "Plane range: g and u from − to +", PLANES)
 ui.chart(grid_figure(cached_grid(float(plane))),
          f"Colour is the value on a signed log scale shared by both panels (g and u in ±{plane}). Dotted: |value| = 100; "
          "dashed: |value| = 448. SiTU-GLU's plane never reaches the 448 contour and only approaches 100 in the "
@@ -81,17 +87,13 @@ st.subheader("Live: the experts' activations on your prompt")
 lv = lv_mod.live()
 lv_mod.banner(lv)
 cfg = lv.model.cfg
-prompt = ui.prompt_input(key="situ_prompt")
+prompt = ui.prompt_input(view)
 if prompt is not None:
     moe_layers = cfg.moe_layers
-    urlstate.sync("situ_layer", "layer", 5, moe_layers, "layer")
-    urlstate.sync("situ_hscale", "hscale", 1, HIST_SCALES, "weight scale")
     c1, c2 = st.columns(2)
-    layer = c1.select_slider("MoE layer", moe_layers, key="situ_layer")
-    hscale = c2.select_slider("Scale the experts' W_gate and W_up by", HIST_SCALES, key="situ_hscale",
-                              help="1 = the live weights. Larger values stand in for weights that grew in training.")
-    urlstate.remember("layer", layer)
-    urlstate.remember("hscale", hscale)
+    layer = view.draw(c1.select_slider, "layer", "MoE layer", moe_layers)
+    hscale = view.draw(c2.select_slider, "hscale", "Scale the experts' W_gate and W_up by", HIST_SCALES,
+                       help="1 = the live weights. Larger values stand in for weights that grew in training.")
     with st.spinner("Running the live model and its experts…"):
         values = cached_hidden(prompt.ids, layer, float(hscale))
     summary = histogram_summary(values)
@@ -111,14 +113,11 @@ if prompt is not None:
 
     # ---- the chain experiment ------------------------------------------------------------------------
     st.subheader("The chain experiment: why the routed path needed both fixes")
-    urlstate.sync("situ_chain", "chain", 3.0, CHAIN_SCALES, "chain weight scale", parse=float)
     c1, c2 = st.columns([3, 2])
-    cscale = c1.select_slider("Scale the routed path's weights by", CHAIN_SCALES, key="situ_chain",
-                              help="Multiplies W_down, the experts' W_gate, W_up and W_down, and W_up of every layer.")
-    metric = c2.segmented_control("Plot", ["max_h", "rms_out"], default="max_h", key="situ_chain_metric",
-                                  format_func={"max_h": "largest |hidden activation|",
-                                               "rms_out": "RMS of the output"}.get) or "max_h"
-    urlstate.remember("chain", cscale)
+    cscale = view.draw(c1.select_slider, "chain", "Scale the routed path's weights by", CHAIN_SCALES,
+                       help="Multiplies W_down, the experts' W_gate, W_up and W_down, and W_up of every layer.")
+    metric = view.draw(c2.segmented_control, "metric", "Plot", ["max_h", "rms_out"],
+                       format_func={"max_h": "largest |hidden activation|", "rms_out": "RMS of the output"}.get)
     with st.spinner("Pushing the prompt through 92 routed paths, four ways…"):
         table = cached_chain(prompt.ids, float(cscale))
     ui.chart(chain_figure(table, metric),

@@ -1,0 +1,57 @@
+"""A linked view the browser answers alone (Vega-Lite selections, no server round trip): the prompt's
+tokens above one layer's 896 experts. Point at an expert and the tokens it serves light up; point at a
+token and its 16 experts are outlined. Pure: data frames in, an altair chart out."""
+from __future__ import annotations
+
+import altair as alt
+import numpy as np
+import pandas as pd
+
+from app import theme
+from app.routing import GRID_COLS, visible
+
+OI = theme.OKABE_ITO
+CELL = 13                      # px per expert square
+TOKEN_W = 26                   # px per token column
+
+
+def linked_figure(pairs: pd.DataFrame, experts: pd.DataFrame, pieces: list[str], layer: int) -> alt.VConcatChart:
+    """Tokens (top) and experts (bottom), linked both ways by pointer-over selections."""
+    labels = [f"{i} {visible(p)[:8]}" for i, p in enumerate(pieces)]       # unique, in prompt order
+    tokens = pd.DataFrame({"token": np.arange(len(pieces)), "label": labels})
+    pairs = pairs.assign(label=[labels[t] for t in pairs["token"]])
+    on_expert = alt.selection_point(name="expert", fields=["expert"], on="pointerover", clear="pointerout",
+                                    empty=False)
+    on_token = alt.selection_point(name="token", fields=["token"], on="pointerover", clear="pointerout",
+                                   empty=False)
+    x_tok = alt.X("label:N", sort=labels, title=None,
+                  axis=alt.Axis(labelAngle=-60, labelFontSize=12, labelLimit=90, ticks=False, domain=False,
+                                labelOverlap=False))
+    bands = (alt.Chart(tokens).mark_rect(color="#9994", stroke="#8888", strokeWidth=0.5)
+             .encode(x=x_tok, tooltip=[alt.Tooltip("token:O", title="position"), alt.Tooltip("label:N", title="token")])
+             .add_params(on_token))
+    served = (alt.Chart(pairs).transform_filter(on_expert)
+              .mark_rect(color=OI["vermillion"])
+              .encode(x=x_tok, tooltip=[alt.Tooltip("label:N", title="token"),
+                                        alt.Tooltip("weight:Q", title="output weight", format=".3f")]))
+    strip = (alt.layer(bands, served)
+             .properties(width=max(TOKEN_W * len(pieces), 300), height=28,
+                         title="Tokens of the prompt: point at one, its experts are outlined below"))
+
+    x_e = alt.X("col:O", axis=None)
+    y_e = alt.Y("row:O", axis=None)
+    grid = (alt.Chart(experts).mark_rect(stroke="#8888", strokeWidth=0.5)
+            .encode(x=x_e, y=y_e,
+                    color=alt.Color("load:Q", title="tokens", scale=alt.Scale(scheme="blues", domainMin=0),
+                                    legend=alt.Legend(format="d", tickMinStep=1)),
+                    tooltip=[alt.Tooltip("expert:Q"), alt.Tooltip("shard:Q"),
+                             alt.Tooltip("load:Q", title="tokens of the prompt")])
+            .add_params(on_expert))
+    chosen = (alt.Chart(pairs).transform_filter(on_token)
+              .mark_rect(filled=False, stroke=OI["vermillion"], strokeWidth=2.5)
+              .encode(x=x_e, y=y_e))
+    board = (alt.layer(grid, chosen)
+             .properties(width=CELL * GRID_COLS, height=CELL * (-(-len(experts) // GRID_COLS)),
+                         title=f"Layer {layer}: the {len(experts)} experts, coloured by load (point at one)"))
+    return (alt.vconcat(strip, board).resolve_scale(x="independent", color="independent")
+            .configure_view(stroke=None))

@@ -1,0 +1,369 @@
+"""Every control's state, in the session and in the link, through one mechanism.
+
+A page declares its controls once, at its top:
+
+    view = state.page(state.Int("layer", 46, 0, 92, "layer"), state.Flag("bias", True, "balancing bias"), ...)
+
+and draws each with the Streamlit widget it wants:
+
+    layer = view.draw(st.slider, "layer", "Layer", 0, 92)
+
+A control is a link parameter with a default, a range and the notice that a bad link value gets. The
+declaration registers the parameter (a link parameter no control declares is reported and dropped), reads
+the link when it holds a value this page did not write itself (a shared link, a link from another page,
+a reload), and writes every value back into the link as the person changes it (defaults are left out, so
+links stay short).
+
+Why two keys per control: Streamlit deletes a widget's state when a run does not draw the widget (the
+page stopped early on an empty prompt, a control is hidden for a mode). The value therefore lives in a
+store that only this module writes (`_STORE`), and the widget's own key is seeded from it before every
+draw and copied back by the widget's on_change callback. A control drawn inside an `st.fragment` works the
+same way: its callback writes the store and the link before the fragment reruns.
+
+The prompt and the token are shared by every page (one owner each): `prompt_input` and `token_index`.
+"""
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import streamlit as st
+
+from app.text import md_escape
+
+_STORE = "_k3_state"            # {namespace: {param: value}}
+_WRITTEN = "_k3_link_written"   # {namespace: {param: the string this page last put in the link}}
+SHARED = "shared"               # the namespace of the controls every page shares (prompt, token)
+K_PAGE = "_page_url_path"       # the page of this run (streamlit_app.py sets it)
+# Parameters of the app itself (embedding, presenter mode), understood on every page.
+APP_PARAMS = frozenset({"embed", "embed_options", "present"})
+_INT = re.compile(r"^[+-]?\d{1,9}$")
+_TRUE, _FALSE = {"1", "true", "on", "yes"}, {"0", "false", "off", "no"}
+
+
+def _shown(raw) -> str:
+    return md_escape(raw, 40)
+
+
+# ---- controls: a parameter, its default, its range, its notice -----------------------------------------
+
+@dataclass(frozen=True)
+class Control:
+    param: str
+    default: Any
+    label: str                         # how a notice names it ("top-k", "layer")
+    shared: bool = False               # one value for every page (the prompt, the token)
+    key: str | None = None             # the widget key, when it is not "<page prefix>_<param>"
+    link: bool = True                  # False: kept in the session only (a running animation)
+
+    def parse(self, raw: str) -> tuple[Any, str | None]:
+        """(the value to use, or None to keep the current one; a notice for the page, or None)."""
+        raise NotImplementedError
+
+    def dump(self, value) -> str:
+        return str(value)
+
+    def normal(self, value):
+        """The stored form of a value (e.g. a set of experts kept sorted)."""
+        return value
+
+    def fit(self, value, options: Sequence | None):
+        """The value moved into `options` (a range that depends on the page, e.g. the prompt's tokens)."""
+        if options is None or value in options:
+            return value
+        return _nearest(value, list(options), self.default)
+
+
+def _nearest(value, options: list, fallback):
+    if not options:
+        return fallback
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and all(
+            isinstance(o, (int, float)) and not isinstance(o, bool) for o in options):
+        return min(options, key=lambda o: (abs(o - value), o))
+    return fallback if fallback in options else options[0]
+
+
+@dataclass(frozen=True)
+class Int(Control):
+    lo: int = 0
+    hi: int = 0
+
+    def parse(self, raw):
+        raw = str(raw).strip()
+        if not _INT.match(raw):
+            return None, f"The link's {self.label} `{_shown(raw)}` is not a whole number, so it was ignored."
+        v = int(raw)
+        if v < self.lo or v > self.hi:
+            c = min(max(v, self.lo), self.hi)
+            return c, f"The link asked for {self.label} {v}, outside {self.lo}–{self.hi}: showing {c} instead."
+        return v, None
+
+
+@dataclass(frozen=True)
+class Index(Control):
+    """A position whose range depends on the page (a token of the prompt): any whole number >= 0 is
+    read; `fit` clamps it to the range and the draw says so when the link's value moved."""
+
+    def parse(self, raw):
+        raw = str(raw).strip()
+        if not _INT.match(raw):
+            return None, f"The link's {self.label} `{_shown(raw)}` is not a position (0, 1, 2 …), so it was ignored."
+        if int(raw) < 0:
+            return 0, f"The link asked for {self.label} {int(raw)}, but positions start at 0: showing 0."
+        return int(raw), None
+
+
+@dataclass(frozen=True)
+class Choice(Control):
+    """One of a fixed list: names (matched without case) or numbers (the nearest is taken)."""
+    options: tuple = ()
+
+    def parse(self, raw):
+        raw_s = str(raw).strip()
+        opts = list(self.options)
+        if all(isinstance(o, str) for o in opts):
+            for o in opts:
+                if o.lower() == raw_s.lower():
+                    return o, None
+            return None, (f"The link's {self.label} `{_shown(raw_s)}` is not one of "
+                          f"{', '.join(map(str, opts[:8]))}{' …' if len(opts) > 8 else ''}, so it was ignored.")
+        try:
+            v = float(raw_s)
+        except ValueError:
+            v = math.nan
+        if not math.isfinite(v):
+            return None, f"The link's {self.label} `{_shown(raw_s)}` is not a number, so it was ignored."
+        for o in opts:
+            if float(o) == v:
+                return o, None
+        near = _nearest(v, opts, self.default)
+        return near, f"The link's {self.label} {_shown(raw_s)} is not available here; showing {near} instead."
+
+    def dump(self, value):
+        return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+@dataclass(frozen=True)
+class Flag(Control):
+    def parse(self, raw):
+        raw_s = str(raw).strip().lower()
+        if raw_s in _TRUE:
+            return True, None
+        if raw_s in _FALSE:
+            return False, None
+        return None, f"The link's {self.label} setting `{_shown(raw_s)}` is not on/off, so it was ignored."
+
+    def dump(self, value):
+        return "on" if value else "off"
+
+
+@dataclass(frozen=True)
+class Ints(Control):
+    """A list of distinct whole numbers in lo..hi (experts to knock out), at most `most` of them."""
+    lo: int = 0
+    hi: int = 0
+    most: int = 64
+    ordered: bool = False              # True: the order means something (kept as given)
+
+    def normal(self, value):
+        return list(value) if self.ordered else sorted(value)
+
+    def parse(self, raw):
+        items = [x.strip() for x in str(raw).split(",") if x.strip()]
+        good, junk, outside, notes = [], [], [], []
+        for x in items:
+            if not _INT.match(x):
+                junk.append(x)
+            elif not self.lo <= int(x) <= self.hi:
+                outside.append(x)
+            elif int(x) not in good:
+                good.append(int(x))
+        if junk:
+            notes.append(f"The link's {self.label} list had entries that are not whole numbers "
+                         f"({_shown(', '.join(junk[:5]))}): ignored.")
+        if outside:
+            notes.append(f"The link's {self.label} list named values outside {self.lo}–{self.hi} "
+                         f"({_shown(', '.join(outside[:5]))}): ignored.")
+        if len(good) > self.most:
+            notes.append(f"The link's {self.label} list was cut to its first {self.most} entries.")
+            good = good[:self.most]
+        return good, " ".join(notes) or None
+
+    def dump(self, value):
+        return ",".join(map(str, value))
+
+
+@dataclass(frozen=True)
+class Choices(Control):
+    """Several of a fixed list of names (a filter), written as a comma-separated list."""
+    options: tuple = ()
+
+    def parse(self, raw):
+        by_name = {o.lower(): o for o in self.options}
+        parts = [p.strip().lower() for p in str(raw).split(",") if p.strip()]
+        good = [by_name[p] for p in dict.fromkeys(parts) if p in by_name]
+        bad = [p for p in parts if p not in by_name]
+        note = (f"The link's {self.label} has parts this page does not know ({_shown(', '.join(bad[:5]))}); "
+                f"it knows {', '.join(self.options)}.") if bad else None
+        if not good and bad:
+            return None, note
+        return good, note
+
+    def dump(self, value):
+        return ",".join(value)
+
+
+@dataclass(frozen=True)
+class Text(Control):
+    most: int = 200
+
+    def parse(self, raw):
+        raw = str(raw)
+        if len(raw) > self.most:
+            return raw[:self.most], f"The link's {self.label} was cut to its first {self.most} characters."
+        return raw, None
+
+
+# ---- the store --------------------------------------------------------------------------------------------
+
+def _store(ns: str) -> dict:
+    return st.session_state.setdefault(_STORE, {}).setdefault(ns, {})
+
+
+def _written(ns: str) -> dict:
+    return st.session_state.setdefault(_WRITTEN, {}).setdefault(ns, {})
+
+
+def _write_link(ns: str, c: Control, value, page_ns: str) -> None:
+    """Put a control's value in the link (or take it out when it is the default)."""
+    if not c.link:
+        return
+    text = None if value is None or value == c.default else c.dump(value)
+    written = _written(page_ns)
+    if text is None:
+        if c.param in st.query_params:
+            del st.query_params[c.param]
+        written.pop(c.param, None)
+    else:
+        if st.query_params.get(c.param) != text:
+            st.query_params[c.param] = text
+        written[c.param] = text
+
+
+def notice(text: str) -> None:
+    st.info(text, icon=":material/link_off:")
+
+
+# ---- a page's controls ----------------------------------------------------------------------------------
+
+@dataclass
+class View:
+    """The controls of the page running now; `page()` makes it."""
+    ns: str
+    prefix: str
+    controls: dict[str, Control]
+    from_link: set = field(default_factory=set)      # params whose value the link set in this run
+    notes: list = field(default_factory=list)
+
+    # -- reading and writing values --
+    def _ns(self, c: Control) -> str:
+        return SHARED if c.shared else self.ns
+
+    def key(self, param: str) -> str:
+        """The widget key of a control (stable: tests and callbacks use it)."""
+        return self.controls[param].key or f"{self.prefix}_{param}"
+
+    def __getitem__(self, param: str):
+        c = self.controls[param]
+        value = _store(self._ns(c)).get(param, c.default)
+        return list(value) if isinstance(value, list) else value
+
+    def get(self, param: str, default=None):
+        c = self.controls[param]
+        return _store(self._ns(c)).get(param, default)
+
+    def set(self, param: str, value) -> None:
+        """Change a control's value (from a button's callback, or before its widget is drawn)."""
+        c = self.controls[param]
+        value = c.normal(value) if value is not None else None
+        _store(self._ns(c))[param] = value
+        _write_link(self._ns(c), c, value, self.ns)
+
+    def reset(self, *params: str) -> None:
+        for p in params:
+            c = self.controls[p]
+            self.set(p, list(c.default) if isinstance(c.default, list) else c.default)
+
+    def _changed(self, param: str, required: bool) -> None:
+        """on_change of a control's widget: copy the widget's value into the store and the link."""
+        key = self.key(param)
+        value = st.session_state.get(key)
+        if value is None and required:                   # a single-choice chip clicked again: keep it
+            st.session_state[key] = self[param]
+            return
+        self.set(param, list(value) if isinstance(value, (list, tuple)) and not isinstance(value, str) else value)
+
+    # -- drawing --
+    def draw(self, widget: Callable, param: str, label: str, *args, options: Sequence | None = None,
+             default=None, required: bool = True, on_change: Callable | None = None, **kwargs):
+        """Draw `widget(label, *args, key=..., **kwargs)` bound to the control `param`. `options` is
+        the range the value must lie in now (e.g. the prompt's tokens); a value outside moves to the
+        nearest, with a notice when the link had asked for it. `default` overrides the declared one (e.g.
+        the last token). Returns the control's value."""
+        c = self.controls[param]
+        store = _store(self._ns(c))
+        value = store.get(param)
+        if value is None:
+            value = c.default if default is None else default
+        fitted = c.fit(value, options)
+        if fitted != value and param in self.from_link:
+            notice(f"The link asked for {c.label} {_shown(value)}, which is not available here: showing "
+                   f"{_shown(fitted)} instead.")
+        if store.get(param) != fitted or st.query_params.get(c.param) is None:
+            self.set(param, fitted)
+        key = self.key(param)
+        st.session_state[key] = list(fitted) if isinstance(fitted, list) else fitted
+
+        def changed():
+            self._changed(param, required)
+            if on_change is not None:
+                on_change()
+
+        widget(label, *args, key=key, on_change=changed, **kwargs)
+        return self[param]
+
+
+def page(*controls: Control, prefix: str | None = None) -> View:
+    """Declare the page's controls: read the link, report and drop parameters no control declares, and
+    write the current values back. Call once, at the top of a page."""
+    ns = st.session_state.get(K_PAGE, "") or "page"
+    view = View(ns, prefix or ns.replace("-", "_"), {c.param: c for c in controls})
+    known = {c.param for c in controls if c.link} | APP_PARAMS
+    unknown = [k for k in st.query_params.keys() if k not in known]
+    if unknown:
+        names = ", ".join(_shown(k) for k in unknown[:5]) + (" …" if len(unknown) > 5 else "")
+        notice(f"This page ignored link parameters it does not use: {names}.")
+        for k in unknown:
+            del st.query_params[k]
+    written = _written(ns)
+    for c in (c for c in controls if c.link):
+        raw = st.query_params.get(c.param)
+        if raw is not None and raw != written.get(c.param):      # a value this page did not write
+            value, note = c.parse(raw)
+            if note:
+                notice(note)
+            if value is None:                                     # ignored: out of the link too
+                del st.query_params[c.param]
+                written.pop(c.param, None)
+                continue
+            _store(view._ns(c))[c.param] = c.normal(value)
+            view.from_link.add(c.param)
+            written[c.param] = raw
+    for c in controls:                                            # the link holds the current view
+        value = _store(view._ns(c)).get(c.param)
+        if value is not None and (c.param not in view.from_link or value != c.default):
+            _write_link(view._ns(c), c, value, ns)
+    return view
