@@ -178,6 +178,10 @@ def explorer(prompt) -> None:
                    f"top-16: 104.2B of 2.78T, K3 report Table 1). Live instance: {fmt_params(sp['live_active'])} of "
                    f"{fmt_params(sp['live_total'])} ({sp['live_active'] / sp['live_total']:.1%}); k = {sp['k']} in "
                    f"{sp['layers']} re-routed layer{'' if sp['layers'] == 1 else 's'}.")
+    st.caption(f"Three shares, three questions: {sp['routed_share']:.1%} of the routed experts of one layer "
+               f"({sp['k']} of {E}); {sp['expert_share_full']:.1%} of one K3 layer's expert weights (routed and "
+               f"shared together); {sp['full_active'] / sp['full_total']:.1%} of all K3's parameters (attention, "
+               "shared experts and the head always run; the embedding is a lookup).")
 
     st.subheader("What the re-routing changed")
     c_changed, c_pred = st.columns(2, gap="medium")
@@ -207,8 +211,8 @@ def explorer(prompt) -> None:
     if layer > 0:
         st.subheader(f"Which tokens does each expert serve? Layer {layer}, point and see")
         pairs = rt.layer_pairs(run, layer, prompt.pieces)
-        st.altair_chart(linked_figure(pairs, rt.expert_loads(pairs, E), list(prompt.pieces), layer),
-                        width="content", key="routing_linked")
+        st.vega_lite_chart(linked_figure(pairs, rt.expert_loads(pairs, E), prompt.pieces), width="content",
+                           key="routing_linked")
         st.caption("Point at a square: the tokens of your prompt that chose that expert light up; point at a "
                    "token: its experts are outlined. Your browser answers this alone, without asking the server, "
                    "so it is instant. Colour: how many of the prompt's tokens chose each expert here (with your "

@@ -3,6 +3,8 @@ tokens above one layer's 896 experts. Point at an expert and the tokens it serve
 token and its 16 experts are outlined. Pure: data frames in, an altair chart out."""
 from __future__ import annotations
 
+from functools import lru_cache
+
 import altair as alt
 import numpy as np
 import pandas as pd
@@ -15,16 +17,21 @@ CELL = 13                      # px per expert square
 TOKEN_W = 26                   # px per token column
 
 
-def linked_figure(pairs: pd.DataFrame, experts: pd.DataFrame, pieces: list[str], layer: int) -> alt.VConcatChart:
-    """Tokens (top) and experts (bottom), linked both ways by pointer-over selections."""
-    labels = [f"{i} {visible(p)[:8]}" for i, p in enumerate(pieces)]       # unique, in prompt order
-    tokens = pd.DataFrame({"token": np.arange(len(pieces)), "label": labels})
-    pairs = pairs.assign(label=[labels[t] for t in pairs["token"]])
+def token_labels(pieces) -> list[str]:
+    """Unique labels in prompt order (position first: a piece can repeat)."""
+    return [f"{i} {visible(p)[:8]}" for i, p in enumerate(pieces)]
+
+
+@lru_cache(maxsize=64)
+def _template(labels: tuple[str, ...], n_experts: int) -> dict:
+    """The Vega-Lite spec without its data: the same for every layer of one prompt, so altair builds and
+    checks it once per prompt (~50 ms) and a layer change only swaps the data."""
     on_expert = alt.selection_point(name="expert", fields=["expert"], on="pointerover", clear="pointerout",
                                     empty=False)
     on_token = alt.selection_point(name="token", fields=["token"], on="pointerover", clear="pointerout",
                                    empty=False)
-    x_tok = alt.X("label:N", sort=labels, title=None,
+    tokens, pairs, experts = (alt.Data(name=n) for n in ("tokens", "pairs", "experts"))
+    x_tok = alt.X("label:N", sort=list(labels), title=None,
                   axis=alt.Axis(labelAngle=-60, labelFontSize=12, labelLimit=90, ticks=False, domain=False,
                                 labelOverlap=False))
     bands = (alt.Chart(tokens).mark_rect(color="#9994", stroke="#8888", strokeWidth=0.5)
@@ -35,9 +42,8 @@ def linked_figure(pairs: pd.DataFrame, experts: pd.DataFrame, pieces: list[str],
               .encode(x=x_tok, tooltip=[alt.Tooltip("label:N", title="token"),
                                         alt.Tooltip("weight:Q", title="output weight", format=".3f")]))
     strip = (alt.layer(bands, served)
-             .properties(width=max(TOKEN_W * len(pieces), 300), height=28,
+             .properties(width=max(TOKEN_W * len(labels), 300), height=28,
                          title="Tokens of the prompt: point at one, its experts are outlined below"))
-
     x_e = alt.X("col:O", axis=None)
     y_e = alt.Y("row:O", axis=None)
     grid = (alt.Chart(experts).mark_rect(stroke="#8888", strokeWidth=0.5)
@@ -51,7 +57,22 @@ def linked_figure(pairs: pd.DataFrame, experts: pd.DataFrame, pieces: list[str],
               .mark_rect(filled=False, stroke=OI["vermillion"], strokeWidth=2.5)
               .encode(x=x_e, y=y_e))
     board = (alt.layer(grid, chosen)
-             .properties(width=CELL * GRID_COLS, height=CELL * (-(-len(experts) // GRID_COLS)),
-                         title=f"Layer {layer}: the {len(experts)} experts, coloured by load (point at one)"))
+             .properties(width=CELL * GRID_COLS, height=CELL * (-(-n_experts // GRID_COLS)),
+                         title=f"The {n_experts} experts, coloured by load (point at one)"))
     return (alt.vconcat(strip, board).resolve_scale(x="independent", color="independent")
-            .configure_view(stroke=None))
+            .configure_view(stroke=None).to_dict())
+
+
+def linked_figure(pairs: pd.DataFrame, experts: pd.DataFrame, pieces) -> dict:
+    """Tokens (top) and experts (bottom), linked both ways by pointer-over selections: a Vega-Lite spec
+    (for st.vega_lite_chart) with the layer's data in its named datasets."""
+    labels = token_labels(pieces)
+    spec = dict(_template(tuple(labels), len(experts)))
+    records = lambda df: df.to_dict(orient="records")
+    spec["datasets"] = {
+        "tokens": records(pd.DataFrame({"token": np.arange(len(labels)), "label": labels})),
+        "pairs": records(pairs.assign(label=[labels[t] for t in pairs["token"]])[["token", "label", "expert", "row",
+                                                                                  "col", "weight"]]),
+        "experts": records(experts[["expert", "row", "col", "load", "shard"]]),
+    }
+    return spec
