@@ -14,7 +14,7 @@ import pandas as pd
 import streamlit as st
 import torch
 
-from app.text import fmt_int
+from app.text import fmt_bytes, fmt_int, fmt_tokens
 from model import memory
 from model.attnres import vectors_alive
 from model.config import K3Config
@@ -22,32 +22,6 @@ from model.k3 import K3Model, K3Output
 from model.kda import kda_recurrent
 
 CONTEXTS = [2 ** k for k in range(21)]          # 1 .. 1,048,576 tokens, the slider's stops
-
-
-def fmt_bytes(n: float) -> str:
-    """Decimal units (1 GB = 10^9 bytes), as memory vendors quote them."""
-    for scale, unit in ((1e15, "PB"), (1e12, "TB"), (1e9, "GB"), (1e6, "MB"), (1e3, "KB")):
-        if abs(n) >= scale:
-            return f"{n / scale:,.1f} {unit}"
-    return f"{n:,.0f} B"
-
-
-def fmt_tokens(n: int) -> str:
-    if n >= 2 ** 20 and n % 2 ** 20 == 0:
-        return f"{n // 2 ** 20}M"
-    if n >= 1024 and n % 1024 == 0:
-        return f"{n // 1024}K"
-    return str(n)
-
-
-def token_text(piece: str, limit: int = 24) -> str:
-    """A token piece as visible plain text for a code span or a chart label: newlines and tabs shown as
-    symbols, other control characters dropped, backticks replaced (they would end a code span), capped."""
-    names = {"\n": "↵", "\t": "⇥", "\r": "␍"}
-    s = "".join(names.get(ch, ch) for ch in str(piece) if ch.isprintable() or ch in names).replace("`", "ˋ")
-    if not s.strip():
-        s = "␣" * max(1, len(s))
-    return s[:limit] + ("…" if len(s) > limit else "")
 
 
 # ---- the 3:1 stack --------------------------------------------------------------------------------
@@ -177,10 +151,11 @@ def compression_planes(cfg: K3Config | None = None, k2: K3Config | None = None) 
     rows = [
         ("KDA state", f"cache growth per token in the {n_kda} KDA layers (vs MLA there)",
          n_kda * mla_tok, 0, "values per token",
-         f"A KDA layer keeps no per-token cache, so growth is cut 100%, but it is not free: each keeps a "
+         f"A KDA layer keeps no per-token cache, so growth is cut 100%, but it is not free: each layer keeps a "
          f"fixed state of {fmt_int(memory.kda_state_values(cfg))} values ({cfg.kda_heads} heads x "
          f"{cfg.kda_head_dim} x {cfg.kda_head_dim}) plus a {fmt_int(memory.kda_conv_values(cfg))}-value conv "
-         f"tail: {fmt_int(n_kda * fixed)} values, {fmt_bytes(memory.BF16 * n_kda * fixed)} per sequence at bf16, "
+         f"tail, {fmt_int(fixed)} values per layer; all {n_kda} KDA layers together keep {fmt_int(n_kda * fixed)} "
+         f"values, {fmt_bytes(memory.BF16 * n_kda * fixed)} per sequence at bf16, "
          f"as much as the MLA cache of those layers at "
          f"{memory.crossover(memory.hybrid(cfg), memory.all_mla(cfg)):,.0f} tokens."),
         ("MLA latent", "cache per token per attention layer (vs MHA with the same heads)",
@@ -191,7 +166,8 @@ def compression_planes(cfg: K3Config | None = None, k2: K3Config | None = None) 
         ("MLA latent", f"layers with a growing cache ({n_kda}:{n_mla} hybrid vs {L} attention layers)",
          L, n_mla, "layers",
          f"The often quoted '75%' is this: only {n_mla} of {L} layers cache at all, 1 - {n_mla}/{L} = "
-         f"{1 - n_mla / L:.1%}. It comes from the 3:1 KDA:MLA ratio, not from MLA's compression."),
+         f"{1 - n_mla / L:.1%}. It comes from the 3:1 KDA:MLA ratio (the saving Kimi Linear, arXiv 2510.26692, "
+         "reports for its hybrid), not from MLA's compression."),
         ("Block AttnRes", f"depth entries ({L} layers into {N} blocks)", L, N, "entries per token",
          f"{L} / {N} = {L / N:.1f}x fewer: the quoted '11.6x'. As K3 runs it (two modules per layer, an "
          f"output read), Full AttnRes would keep {full_vec} vectors per token and Block keeps {block_vec} "

@@ -1,4 +1,4 @@
-"""Data behind the MoE vs Mixture of Agents page (APP.md page 9): the cost model of model/cost.py turned
+"""Data behind the MoE vs Mixture of Agents page (docs/APP.md page 9): the cost model of model/cost.py turned
 into tables for the charts, its assumptions as sentences, and the qualitative comparison tied to the
 numbers. Pure functions; no Streamlit here."""
 from __future__ import annotations
@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import pandas as pd
 
-from app.attention import fmt_bytes, fmt_tokens
+from app.text import fmt_bytes, fmt_tokens
 from model import cost
 from model.accounting import count_params
 from model.config import K3Config
@@ -41,6 +41,30 @@ def scenario(n: int, size_b: float, context: int, output: int, bw_tbs: float, pr
                     name=cost.H200.name if abs(bw_tbs - 4.8) < 1e-9 else f"an accelerator with {bw_tbs:g} TB/s")
     return cost.Scenario(n_agents=n, agent_params=size_b * 1e9, context=context, output=output,
                          agent_bits=PRECISIONS[prec], accel=accel)
+
+
+def default_scenario() -> cost.Scenario:
+    """The page's opening settings (N = 8 agents matched to K3's size, 32K prompt, 1,024-token answer,
+    one H200, bf16 agents). The Claims page checks claim 15 with this same scenario, so both pages show
+    the same ratios with the same rounding of the agent size."""
+    n = DEFAULTS["n"]
+    return scenario(n, matched_size(n), DEFAULTS["context"], DEFAULTS["output"], DEFAULTS["bw"], DEFAULTS["prec"])
+
+
+def step_bytes(s: cost.Scenario) -> dict[str, float]:
+    """Bytes one decode step at the prompt length reads, split into weights and cache, for K3 and for
+    one agent: the weights part is the same 'read per token' figure the Quantization lab shows."""
+    df = step_breakdown(s)
+    get = lambda model, part: float(df[(df["model"].str.startswith(model)) & (df["part"].str.startswith(part))]
+                                    ["bytes"].iloc[0])
+    return {"k3_weights": get("Kimi K3", "active"), "k3_cache": get("Kimi K3", "cache"),
+            "agent_weights": get("one agent", "active"), "agent_cache": get("one agent", "cache")}
+
+
+def step_note(s: cost.Scenario) -> str:
+    b = step_bytes(s)
+    return (f"K3 reads {fmt_bytes(b['k3_weights'])} of weights and {fmt_bytes(b['k3_cache'])} of cache per step, "
+            f"an agent {fmt_bytes(b['agent_weights'])} of weights and {fmt_bytes(b['agent_cache'])} of cache")
 
 
 def cost_table(s: cost.Scenario) -> tuple[pd.DataFrame, cost.Cost, cost.Cost]:
@@ -98,7 +122,9 @@ def assumptions(s: cost.Scenario) -> list[str]:
     cfg = K3Config.full()
     return [
         f"**K3**: {k3.active_params / 1e9:,.1f}B active parameters per token (computed, accounting), routed experts "
-        f"in MXFP4 (4.25 bits), everything else bf16: {fmt_bytes(k3.weight_bytes)} of weights read per token.",
+        f"in MXFP4 (4.25 bits), everything else bf16 (the report says only \"higher precision\" for attention, the "
+        f"latent projections, the shared experts and the router; bf16 is our assumption): "
+        f"{fmt_bytes(k3.weight_bytes)} of weights read per token.",
         f"**Each agent**: a dense model of {a.total_params / 1e9:,.0f}B parameters, all active but the embedding "
         f"lookup, weights at {s.agent_bits:g} bits ({fmt_bytes(a.weight_bytes)} read per token). It gets K3's own "
         f"attention stack ({cfg.n_kda} KDA + {cfg.n_mla} MLA layers, the same cache and attention FLOPs): the most "

@@ -46,7 +46,7 @@ def headlines(cfg: K3Config | None = None) -> list[Headline]:
     p = count_params(cfg)
     return [
         Headline("Total parameters", p.total / 1e12, f"{p.total / 1e12:.2f}T", 2.78, "2.78T", 0.005, K3_SOURCE,
-                 "sum of every weight matrix in the config (accounting, ARCHITECTURE.md §9)",
+                 "sum of every weight matrix in the config (accounting, docs/ARCHITECTURE.md §9)",
                  detail=f"{p.total / 1e9:,.1f}B (headline: 2.8T)"),
         Headline("Active per token", p.active / 1e9, f"{p.active / 1e9:.1f}B", 104.2, "104.2B", 0.05,
                  K3_SOURCE, "total minus the embedding lookup minus the "
@@ -146,12 +146,51 @@ def k2_vs_k3() -> pd.DataFrame:
 
 
 def k2_published_note() -> str:
-    k2 = K3Config.kimi_k2()
+    """Why K2's computed total differs from its published 1.04T: an inference of ours, labelled as one."""
+    k2, k3 = K3Config.kimi_k2(), K3Config.full()
     p, extra = count_params(k2), mtp_layer(k2)
+    p3, extra3 = count_params(k3), mtp_layer(k3)
     b = lambda n: f"{n / 1e9:,.1f}B"
-    return (f"K2's published 1.04T counts one multi-token-prediction (MTP) layer on top of the main model. "
-            f"Our accounting gives {b(p.total)} for the main model, and {b(p.total + extra.total)} with "
-            f"one MTP layer (+{b(extra.total)}), which rounds to the published 1.04T. Active per token: "
-            f"{b(p.active)} for the main model, {b(p.active + extra.active)} with the MTP layer, against "
-            f"32.6B published; the remaining {b(32.6e9 - p.active - extra.active)} is a counting "
-            f"convention we could not pin down.")
+    return (f"Our accounting gives K2's main model {b(p.total)}; adding one multi-token-prediction (MTP) layer "
+            f"(+{b(extra.total)}) gives {b(p.total + extra.total)}, which rounds to K2's published 1.04T. That the "
+            f"published figure counts one MTP layer is our inference, not a published statement. It is not the "
+            f"rule for K3: Table 1 lists an MTP layer for K3 too (one would add about {b(extra3.total)}), yet the "
+            f"published 2.78T matches our count without it ({b(p3.total)}). Active per token: {b(p.active)} for "
+            f"K2's main model, {b(p.active + extra.active)} with the MTP layer, against 32.6B published; the "
+            f"remaining {b(32.6e9 - p.active - extra.active)} is a counting convention we could not pin down.")
+
+
+# Table 1 of the K3 report gives K2 and K3 side by side; the published ratios, for the growth caption.
+PUBLISHED_TOTAL_B = {"K2": 1040.0, "K3": 2780.0}
+PUBLISHED_ACTIVE_B = {"K2": 32.6, "K3": 104.2}
+
+
+def growth_caption(growth: pd.DataFrame | None = None) -> str:
+    """The caption of the K2 -> K3 chart, saying why its parameter ratios differ from Table 1's."""
+    g = (growth if growth is not None else k2_vs_k3()).set_index("metric")
+    tot, act = g.loc["Total parameters (B)", "ratio"], g.loc["Active parameters (B)", "ratio"]
+    pt = PUBLISHED_TOTAL_B["K3"] / PUBLISHED_TOTAL_B["K2"]
+    pa = PUBLISHED_ACTIVE_B["K3"] / PUBLISHED_ACTIVE_B["K2"]
+    k2, k3 = K3Config.kimi_k2(), K3Config.full()
+    return (f"Each metric on its own scale; the bold number is the K3 / K2 ratio. The parameter ratios "
+            f"(x{tot:.2f} total, x{act:.2f} active) are of the two main models as our accounting counts them; "
+            f"Table 1's published figures give x{pt:.2f} and x{pa:.2f}, because K2's published 1.04T and 32.6B "
+            f"include parts our count of K2 leaves out (an MTP layer and a convention we could not pin down; see "
+            f"below). K3 has {k3.n_routed_experts / k2.n_routed_experts:.1f}x the experts and routes each token to "
+            f"{k3.top_k / k2.top_k:g}x as many, yet a token sends the same number of values to its experts "
+            f"({k3.top_k} x {k3.expert_width:,} = {k2.top_k} x {k2.expert_width:,}) because LatentMoE halves the "
+            "width experts work in.")
+
+
+def frontier_note(df: pd.DataFrame | None = None) -> str:
+    """Where K3 sits by active share among the models of the table, computed from the table."""
+    df = df if df is not None else frontier_table()
+    d = df.sort_values("active share").reset_index(drop=True)
+    k3 = d.index[d["origin"] == "computed"][0]
+    sparser = d.iloc[:k3]
+    names = " and ".join(f"{m} ({x:.2%})" for m, x in zip(sparser["model"], sparser["active share"]))
+    return (f"Log axes: total parameters (what must be stored) against active parameters (what each token computes "
+            f"with). Dotted lines mark a constant active share. K3 uses {d.loc[k3, 'active share']:.2%} of its "
+            f"weights per token, among the sparsest of the field but not the sparsest: "
+            + (f"{names} use{'s' if len(sparser) == 1 else ''} a smaller share. " if len(sparser) else "")
+            + "K3's star is computed here; the other points are published figures.")

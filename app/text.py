@@ -25,3 +25,29 @@ def fmt_params(n: float, digits: int = 1) -> str:
 
 def fmt_int(n: int) -> str:
     return f"{n:,}"
+
+
+def fmt_bytes(n: float) -> str:
+    """Decimal units (1 GB = 10^9 bytes), as memory vendors quote them."""
+    for scale, unit in ((1e15, "PB"), (1e12, "TB"), (1e9, "GB"), (1e6, "MB"), (1e3, "KB")):
+        if abs(n) >= scale:
+            return f"{n / scale:,.1f} {unit}"
+    return f"{n:,.0f} B"
+
+
+def fmt_tokens(n: int) -> str:
+    if n >= 2 ** 20 and n % 2 ** 20 == 0:
+        return f"{n // 2 ** 20}M"
+    if n >= 1024 and n % 1024 == 0:
+        return f"{n // 1024}K"
+    return str(n)
+
+
+def token_text(piece: str, limit: int = 24) -> str:
+    """A token piece as visible plain text for a code span or a chart label: newlines and tabs shown as
+    symbols, other control characters dropped, backticks replaced (they would end a code span), capped."""
+    names = {"\n": "↵", "\t": "⇥", "\r": "␍"}
+    s = "".join(names.get(ch, ch) for ch in str(piece) if ch.isprintable() or ch in names).replace("`", "ˋ")
+    if not s.strip():
+        s = "␣" * max(1, len(s))
+    return s[:limit] + ("…" if len(s) > limit else "")

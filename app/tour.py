@@ -4,13 +4,20 @@ The order is a teaching order, not the sidebar's: after the overview it follows 
 K3's mixture of experts (routing, then balancing the experts' load, then placing the experts on
 devices, then what runs inside an expert and how its weights are stored), then the attention half of
 each layer, then how the layers connect, and ends with the comparisons, the claims and the live
-model's card. Facts follow ARCHITECTURE.md and REFERENCES.md (K3 report, arXiv 2607.24653).
+model's card. Facts follow docs/ARCHITECTURE.md and docs/REFERENCES.md (K3 report, arXiv 2607.24653);
+every number is computed from the config, the accounting or the format tables.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from app.navigation import PAGES
+from model import memory
+from model.accounting import count_params
+from model.activations import BETA_GATE, BETA_UP
+from model.attnres import vectors_alive
+from model.config import K3Config
+from model.quant import bits_per_value
 
 
 @dataclass(frozen=True)
@@ -20,38 +27,46 @@ class Stop:
     why: str    # one or two plain sentences: why this mechanism matters for a frontier sparse model
 
 
+_K3, _K2 = K3Config.full(), K3Config.kimi_k2()
+_P = count_params(_K3)
+_ROUTED = _P.breakdown["routed experts"] / _P.total
+_MXFP4 = bits_per_value(_K3.expert_weight_format)
+
 # (url_path, why) in tour order; titles come from app.navigation so the two never drift apart.
 _ORDER = (
     ("overview",
      "A sparse model's cost per token follows its active parameters while what it can store follows its "
-     "total: K3 keeps 2.78T parameters but computes each token with about 104B of them (about 3.7%)."),
+     f"total: K3 keeps {_P.total / 1e12:.2f}T parameters but computes each token with about "
+     f"{_P.active / 1e9:.0f}B of them (about {_P.active_share:.1%})."),
     ("routing",
-     "The router is where a sparse model decides how each token is computed: picking 16 of 896 experts in "
-     "each of 92 MoE layers is what leaves most of the 2.78T parameters idle for that token, and a different "
-     "pick changes every later layer."),
+     f"The router is where a sparse model decides how each token is computed: picking {_K3.top_k} of "
+     f"{_K3.n_routed_experts} experts in each of {len(_K3.moe_layers)} MoE layers is what leaves most of the "
+     f"{_P.total / 1e12:.2f}T parameters idle for that token, and a different pick changes every later layer."),
     ("balance",
      "Experts live on different devices, so if the router favours a few of them those devices set the pace "
      "while the rest wait. Quantile Balancing evens the load with a bias that changes only which experts are "
      "picked, never the weights of their outputs."),
     ("parallel",
-     "At 2.78T parameters the experts must be spread over many devices, so every MoE layer is an exchange of "
-     "tokens between them. K3 sends tokens at the latent width (3,584 values instead of 7,168), so 16 experts "
-     "per token move as many values as K2's 8."),
+     f"At {_P.total / 1e12:.2f}T parameters the experts must be spread over many devices, so every MoE layer is an "
+     f"exchange of tokens between them. K3 sends tokens at the latent width ({_K3.expert_width:,} values instead of "
+     f"{_K3.d_model:,}), so {_K3.top_k} experts per token move as many values as K2's {_K2.top_k}."),
     ("situ-glu",
      "Inside each MoE layer a routed token passes through a chain of about four matrix products, which the K3 "
      "report says blew up at scale until the activation was bounded and the latent normalised. SiTU-GLU caps "
-     "every value at 100, inside FP8's largest value of 448."),
+     f"every hidden value at {BETA_GATE * BETA_UP:g}, whatever the weights, before it is rounded to MXFP8."),
     ("quantization",
-     "Routed experts hold about 98% of K3's weights, and generating text is limited by reading weights from "
-     "memory. Storing them in MXFP4, 4.25 bits per value instead of 16, cuts those bytes about 3.8-fold."),
+     f"Routed experts hold about {_ROUTED:.0%} of K3's weights, and generating text is limited by reading weights "
+     f"from memory. Storing them in MXFP4, {_MXFP4:g} bits per value instead of 16, cuts those bytes about "
+     f"{16 / _MXFP4:.1f}-fold."),
     ("attention",
-     "At long context the attention cache, not the weights, fills the memory. K3 gives 69 of its 93 layers a "
-     "fixed-size KDA state and caches only 576 values per token in each of its 24 MLA layers, which is what "
-     "makes a 1,048,576-token context fit."),
+     f"At long context the attention cache, not the weights, fills the memory. K3 gives {_K3.n_kda} of its "
+     f"{_K3.num_layers} layers a fixed-size KDA state and caches only {memory.mla_values_per_token(_K3)} values per "
+     f"token in each of its {_K3.n_mla} MLA layers, which is what makes a {_K3.context_length:,}-token context fit."),
     ("attnres",
      "A plain residual adds every layer's output with the same weight, so a late layer cannot choose what to "
      "read from early ones. Attention over depth learns those weights per token, and Block AttnRes keeps the "
-     "cost at 9 stored vectors per token instead of 187."),
+     f"cost at {vectors_alive(_K3.num_layers, _K3.attnres_block_size)} stored vectors per token instead of "
+     f"{vectors_alive(_K3.num_layers, None)}."),
     ("moe-vs-moa",
      "\"Many experts\" can mean routing inside one network or asking several whole models. Costing both from "
      "their configs shows what routing saves: with the same total parameters, N dense agents each run in full "

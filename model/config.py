@@ -58,7 +58,7 @@ class K3Config:
     n_shared_experts: int = 2                  # published
     expert_hidden: int = 3072                  # published per-expert hidden f
     shared_hidden: int = 3072                  # published: each shared expert as wide as a routed one
-    latent_dim: int | None = 3584              # derived: d / 2 (LatentMoE); None = experts at full width
+    latent_dim: int | None = 3584              # published (config routed_expert_hidden_size, Table 1); = d / 2; None = experts at full width
     activation: str = "situ_glu"               # published: SiTU-GLU in every FFN
     situ_beta_gate: float = 4.0                # published
     situ_beta_up: float = 25.0                 # published
@@ -70,7 +70,7 @@ class K3Config:
 
     # ---- quantisation ----------------------------------------------------------------------------
     expert_weight_format: str = "e2m1"         # published: MXFP4 routed-expert weights
-    expert_act_format: str = "e4m3"            # published: MXFP8 activations in experts
+    expert_act_format: str = "e4m3"            # published: MXFP8 activations in experts (E4M3 elements: K3's serving kernels)
 
     # Which values of this preset are taken from a publication; the rest are derived or chosen.
     sources: dict = field(default_factory=dict, compare=False, repr=False)
@@ -183,11 +183,11 @@ _K3_SOURCES = {
     "first_dense_layers": _K3, "dense_hidden": _K3, "n_routed_experts": _K3, "top_k": _K3,
     "n_shared_experts": _K3, "expert_hidden": _K3, "shared_hidden": _K3, "activation": _K3,
     "situ_beta_gate": _K3, "situ_beta_up": _K3, "router_scale": _K3, "attnres": _K3,
-    "attnres_block_size": _K3, "expert_weight_format": _K3, "expert_act_format": _K3,
+    "attnres_block_size": _K3, "expert_weight_format": _K3, "latent_dim": _K3 + " (routed_expert_hidden_size)",
+    "expert_act_format": "K3 report (MXFP8); E4M3 elements as K3's serving kernels take them",
 }
 # Values computed from published ones rather than read off a table.
 DERIVED = {
-    "latent_dim": "d_model / 2 (LatentMoE halves the width a routed token carries)",
     "kda_proj": "kda_heads x kda_head_dim",
     "sparsity": "n_routed_experts / top_k",
     "n_kda": "count of 'kda' in layer_types",

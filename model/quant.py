@@ -3,8 +3,9 @@
 A block of 32 consecutive values shares one power-of-two scale X (E8M0); each value is stored on a
 small floating-point grid (E2M1 for MXFP4, E4M3 for MXFP8). Fake quantisation returns X * P, the
 value the hardware would see after dequantising, so the rest of the model stays in float.
-K3 runs routed-expert weights in MXFP4 and expert activations in MXFP8; training passes gradients
-straight through (the rounding is treated as identity).
+K3 runs routed-expert weights in MXFP4 and expert activations in MXFP8. This project's training passes
+gradients straight through (the rounding is treated as identity); K3 quantises only in post-training and
+the report names no gradient estimator (docs/ARCHITECTURE.md section 7).
 """
 from __future__ import annotations
 
@@ -101,7 +102,8 @@ def block_scale_exponents(x: torch.Tensor, fmt: str, block: int = 32) -> torch.T
 
 
 class _StraightThrough(torch.autograd.Function):
-    # Forward: the quantised value. Backward: identity (straight-through estimator), the K3 recipe.
+    # Forward: the quantised value. Backward: identity (straight-through estimator): this project's choice; the
+    # K3 report names no estimator (K3 quantises in post-training, SFT and RL, report section 4.1).
     @staticmethod
     def forward(ctx, x, fmt, block, per_row):
         return _fake_quant(x, fmt, block, per_row)

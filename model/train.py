@@ -2,9 +2,10 @@
 
     python -m model.train [--steps N] [--minutes M] [--batch B] [--seq T] [--fresh]
 
-* Quantile Balancing after every step (the bias of step s comes from step s-1's routing, reusing the
-  forward's top-(k+1) cutoffs), MXFP4 fake-quantised routed experts with MXFP8 activations and a
-  straight-through estimator in the last phase (quantisation-aware, as K3), fused AdamW, fixed seed.
+* Quantile Balancing after every step (the bias of step s comes from the routing of the last 3 batches,
+  reusing the forwards' top-(k+1) cutoffs; see balance_step), MXFP4 fake-quantised routed experts with
+  MXFP8 activations and a straight-through estimator in the last phase (quantisation-aware pre-training:
+  this project's choice; K3 quantises only in post-training, SFT and RL), fused AdamW, fixed seed.
 * A CSV log per step in runs/train_log.csv; resumable from runs/state.safetensors (+ .json), saved
   every few minutes; the data order depends only on (seed, step), so a resumed run sees the same
   batches an uninterrupted one would.

@@ -52,7 +52,8 @@ def test_provenance_marks_published_and_derived():
     full = K3Config.full()
     kind, src = provenance(full, "n_routed_experts")
     assert kind == "published" and "2607.24653" in src
-    assert provenance(full, "latent_dim")[0] == "derived"
+    assert provenance(full, "latent_dim")[0] == "published"              # Table 1 / routed_expert_hidden_size
+    assert provenance(full, "kda_proj")[0] == "derived"
     assert provenance(K3Config.tiny(), "d_model")[0] == "chosen"
 
 

@@ -37,8 +37,10 @@ def test_link_series_gives_the_published_table_at_93():
     assert (two.loc[93, "Full"], two.loc[93, "Block"]) == (17_578, 1_003)
     assert per.index.min() == 1 and per.index.max() == 200
     assert per["Full"].is_monotonic_increasing and per["Block"].is_monotonic_increasing
-    # Full grows quadratically, Block about linearly: the ratio grows with depth
-    assert per.loc[200, "Full"] / per.loc[200, "Block"] > per.loc[93, "Full"] / per.loc[93, "Block"] > 8
+    # Both grow quadratically at a fixed block size, Block S times slower (L^2/2 vs L^2/(2S)): the ratio
+    # approaches S = 12 from below, and Block itself is not linear (doubling L nearly quadruples it)
+    assert 8 < per.loc[93, "Full"] / per.loc[93, "Block"] < per.loc[200, "Full"] / per.loc[200, "Block"] < 12
+    assert per.loc[200, "Block"] / per.loc[100, "Block"] > 3.4
     # one layer: a single read of the embedding, whatever the mode
     assert per.loc[1, "Full"] == per.loc[1, "Block"] == 1
 
@@ -162,7 +164,7 @@ def test_link_and_retrieval_figures():
     assert [t.name for t in fig.data] == ["Full AttnRes", "Block AttnRes (blocks of 12)", "K3: L = 93"]
     assert list(fig.data[2].y) == [17_578, 1_003]
     assert fig.layout.xaxis.type == "log" and fig.layout.yaxis.type == "log"
-    assert any("AttnRes paper" in a.text for a in fig.layout.annotations)
+    assert any("K3 report, section 2.2" in a.text for a in fig.layout.annotations)   # not the AttnRes paper
     model = micro_model(random_queries=True)
     prof = {"Full": retrieval(run(full_variant(model)), "L4.attn", 0), "Block": retrieval(run(model), "L4.attn", 0)}
     rf = retrieval_figure(prof, 1, 4)

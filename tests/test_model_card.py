@@ -13,7 +13,7 @@ def test_config_table_keeps_counts_and_marks_shrunk_widths():
         assert df.loc[f, "same"] == "✓", f
     assert df.loc["d_model", "same"] == "shrunk" and df.loc["d_model", "Kimi K3"] == "7168"
     assert df.loc["n_routed_experts", "K3 value is"] == "published"
-    assert df.loc["latent_dim", "K3 value is"] == "derived"
+    assert df.loc["latent_dim", "K3 value is"] == "published"          # Table 1, routed_expert_hidden_size
 
 
 def test_training_figure_marks_the_quantised_phase():

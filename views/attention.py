@@ -5,9 +5,9 @@ import streamlit as st
 from app import live as lv_mod
 from app import state, ui
 from app.attention import (CONTEXTS, cached_decode_counts, cached_figure, cached_trajectory, compression_planes,
-                           crossovers, designs, fmt_bytes, fmt_tokens, mla_cache_rows, token_text)
+                           crossovers, designs, mla_cache_rows)
 from app.charts.attention import cache_figure, state_figure
-from app.text import fmt_int
+from app.text import fmt_bytes, fmt_int, fmt_tokens, token_text
 from model import memory
 from model.config import K3Config
 
@@ -26,9 +26,9 @@ view = state.page(
 )
 ui.page_header(
     "Hybrid attention & memory",
-    "Kimi K3 gives **69 of its 93 layers** a fixed-size memory (Kimi Delta Attention) and only **24** a "
-    "cache that grows with the text (gated MLA, itself compressed to 576 values per token), which is how "
-    "a million-token context fits.",
+    f"Kimi K3 gives **{full.n_kda} of its {full.num_layers} layers** a fixed-size memory (Kimi Delta Attention) and "
+    f"only **{full.n_mla}** a cache that grows with the text (gated MLA, itself compressed to "
+    f"{memory.mla_values_per_token(full)} values per token), which is how a million-token context fits.",
     "move the token slider and watch the KDA state change while its size stays put, and the MLA cache "
     "grow by one row per token.",
 )
@@ -117,7 +117,8 @@ cross = crossovers(full, batch)
 ui.chart(cached_figure("memory", context, batch),
          "Cache bytes (bf16) that must stay in memory to decode the next token, computed by the accounting "
          "that the tests check against the live model's cache objects. The hybrid starts above zero (its "
-         f"{full.n_kda} fixed KDA states) and then grows 4x slower than all-MLA; it is smaller from "
+         f"{full.n_kda} fixed KDA states) and then grows {full.num_layers / full.n_mla:.1f}x slower than all-MLA (only "
+         f"{full.n_mla} of {full.num_layers} layers cache); it is smaller from "
          + " and ".join(f"{r.tokens:,.0f} tokens against {r.versus}" for r in cross.itertuples())
          + ". Batch scales every line alike, so the crossovers do not move.",
          alt="Log-log chart of decode-cache bytes against context length for K3's hybrid, all-MLA and all-MHA.",

@@ -5,10 +5,10 @@ import streamlit as st
 
 from app import live as lv_mod
 from app import state, ui
-from app.attention import fmt_bytes, token_text
+from app.text import fmt_bytes, token_text
 from app.charts.depth import depth_heatmap, retrieval_figure
-from app.depth import (PAPER, VIEWS, boundary_rows, cached_figure, count_table, depth_matrix, depth_memory,
-                       full_forward, link_series, retrieval)
+from app.depth import (PAPER, VIEWS, affordability_note, boundary_rows, cached_figure, count_table, depth_matrix,
+                       depth_memory, full_forward, growth_note, link_series, retrieval)
 from app.text import fmt_int
 from model.attnres import block_sizes, vectors_alive
 from model.config import K3Config
@@ -28,8 +28,9 @@ view = state.page(
 ui.page_header(
     "Attention Residuals",
     "K3 has no `h + f(h)`: before every module, a token **attends over depth**, mixing earlier layers' "
-    "outputs with learned softmax weights; Block AttnRes groups the 93 layers into 8 blocks so that only "
-    "9 vectors per token stay alive instead of 187.",
+    f"outputs with learned softmax weights; Block AttnRes groups the {L} layers into {len(full.attnres_blocks)} "
+    f"blocks so that only {vectors_alive(L, full.attnres_block_size)} vectors per token stay alive instead of "
+    f"{vectors_alive(L, None)}.",
     "drag the block size to 1 and to 93 and watch the link count and memory move between Full and plain "
     "residuals; then pick a later layer and see how much it still reads from layer 12.",
 )
@@ -41,10 +42,8 @@ count_view = view.draw(c1.segmented_control, "view", "Count", list(VIEWS), forma
 bs = view.draw(c2.slider, "bs", "Block size (layers per block)", 1, L)
 series = link_series(bs, count_view)
 ui.chart(cached_figure("links", bs, count_view, L),
-         "A link is one candidate source in one read. Full AttnRes lets every read see every earlier output, "
-         "so links grow with L²; Block keeps one sum per block, so they grow about linearly. Closed forms from "
-         f"model/attnres.py. The shaded region is where the {PAPER} calls Full AttnRes affordable (L < 100); "
-         f"K3's L = {L} sits just inside it and still uses Block.",
+         "A link is one candidate source in one read. " + growth_note(bs) + " Closed forms from model/attnres.py. "
+         + affordability_note(full),
          alt="Log-log chart of AttnRes links per token against depth for Full and Block AttnRes, L = 93 marked.",
          key="ar_links")
 at93 = series[series["layers"] == L].iloc[0]
@@ -54,9 +53,11 @@ m2.metric(f"Block AttnRes at L = {L}", fmt_int(int(at93["Block"])),
           help=f"computed: closed form, blocks {block_sizes(L, bs)}")
 m3.metric("Full / Block", f"{at93['Full'] / at93['Block']:.1f}x", help="derived: ratio of the two counts")
 
-st.caption("Computed per token, every read counted (a read with one candidate is one link). "
+st.caption(f"The three numbers above count {VIEWS[count_view]['label']}, as the Count control is set; switch it "
+           "to see the other count. Computed per token, every read counted (a read with one candidate is one link). "
            + ("One read per layer is the AttnRes paper's picture (one module per layer)." if count_view == "per-layer" else
-              "K3 runs two reads per layer (before attention, before the FFN) plus one before the LM head."))
+              "K3 runs two reads per layer (before attention, before the FFN) plus one before the LM head: "
+              f"{2 * L + 1} reads in all."))
 counts_box = st.container()      # filled below: the live counts need the prompt, which sits further down
 lv = lv_mod.live()
 prompt_box = st.container()
@@ -103,7 +104,10 @@ with prompt_box:
                  ("Each row is one read (before that module runs) and sums to 1 over its sources. In Block mode the "
                   "columns are the embedding, the sealed blocks and the running partial sum of the current block, "
                   "so the 'partial' column means a different block in each band. " if mode == "Block" else
-                  "Each row is one read and sums to 1; in Full mode every module output is its own source. "
+                  f"Each row is one read and sums to 1; in Full mode every module output is its own source. The two "
+                  f"numbers in the title coincide but count different things: {2 * L + 1} reads (one before each of "
+                  f"the {2 * L} modules and one before the head) and {2 * L + 1} sources (the embedding and every "
+                  "module output). "
                   "These queries were trained for Block sources, so the Full weights show what the same weights do "
                   "over per-module sources, not what a Full-trained model would learn. ")
                  + f"Dotted lines: block boundaries (every {bsize} layers).",
@@ -130,9 +134,11 @@ else:
     ui.chart(retrieval_figure(profiles, source, reader),
              f"How much of each earlier layer's output the read before layer {reader}'s "
              f"{'attention' if module == 'attn' else 'FFN'} mixes in, for token {token}. Full: the softmax weights "
-             "of that layer's two outputs. Block: the weight of the source that holds the layer, times the layer's "
-             "share of that source (its module-output norms over all the norms summed in the source), so layers "
-             "in one block share its weight. The embedding gets the rest.",
+             "of that layer's two outputs, read with the live model's queries, which were trained for Block sources. "
+             "Block: the weight of the source that holds the layer, times the layer's share of that source. That "
+             "share (its module-output norms over all the norms summed in the source) is this app's own heuristic, "
+             "not something the model computes: a read cannot separate the layers summed in one block. The "
+             "embedding gets the rest.",
              alt="Line chart of the weight each earlier layer's output receives in one read, Full vs Block.",
              key="ar_retrieval")
     f_row = profiles["Full"].set_index("layer").loc[source]
@@ -142,12 +148,15 @@ else:
         st.metric(f"Full: weight of layer {source}'s outputs", f"{f_row['weight']:.4f}",
                   help="computed: the read's softmax weights of L.attn and L.ffn, summed")
         st.caption(f"Layer {source} is kept as its own two sources ({f_row['source']}); layer {reader} can "
-                   f"address it directly. Uniform would be {2 / (1 + 2 * reader + (module == 'ffn')):.4f}.")
+                   f"address it directly. Uniform would be {2 / (1 + 2 * reader + (module == 'ffn')):.4f}. The queries "
+                   "are the live model's, trained for Block sources: this shows what those weights do over Full's "
+                   "sources, not what a model trained with Full AttnRes would read.")
     with c2.container(border=True):
         st.metric(f"Block: weight reaching layer {source}", f"{b_row['weight']:.4f}",
                   help="computed: source weight x share")
         st.caption(f"Layer {source} sits in **{b_row['source']}**, which gets weight {b_row['source weight']:.4f}; "
-                   f"layer {source} is {b_row['share']:.1%} of it (norm share). The read cannot separate layer "
+                   f"layer {source} is {b_row['share']:.1%} of it by this app's norm-share heuristic (its output "
+                   "norms over all the norms summed there; the model computes no such split). The read cannot separate layer "
                    f"{source} from the other layers summed in that source.")
 
 # ---- memory ----------------------------------------------------------------------------------------

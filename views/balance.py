@@ -5,7 +5,8 @@ import streamlit as st
 from app import live as lv_mod
 from app import state, ui
 from app.balance import (LABELS, METHODS, SOURCES, Setup, cached_hist_check, cached_noise_floor, cached_run,
-                         cached_sign_story, cached_weight_check, live_pool, metrics, steps_to)
+                         cached_sign_story, cached_weight_check, goal_note, live_pool, metrics, sign_rule_details,
+                         sign_rule_intuition, steps_to)
 from app.charts.balance import hist_error_figure, load_figure, steps_figure, weights_figure
 from model.config import K3Config
 
@@ -95,8 +96,8 @@ st.subheader("How even is the load, step by step?")
 ui.chart(steps_figure(table, floor),
          f"Every method sees the same {steps} fresh batches of {m:,} tokens; each batch is routed with the bias "
          "from the batches before it. Left: the busiest expert's load over the mean (1 is perfect). The dotted "
-         f"floor ({floor:.2f}, derived) is what a perfectly balanced router shows on a fresh batch of this size: "
-         "sampling noise alone (binomial loads) makes some expert busier than average.",
+         f"line is the goal, the noise floor ({floor:.2f}, derived): what a perfectly balanced router shows on a fresh "
+         "batch of this size, because sampling noise alone (binomial loads) makes some expert busier than average.",
          alt="Three line charts over steps: max/mean load, coefficient of variation and dead experts, one line per method.",
          key="bal_steps_fig")
 last = table[table["step"] == steps].set_index("method")
@@ -112,12 +113,9 @@ summary = pd.DataFrame({
 st.dataframe(summary, hide_index=True, width="stretch",
              column_config={"max/mean at last step": st.column_config.NumberColumn(format="%.3f"),
                             "CV at last step": st.column_config.NumberColumn(format="%.3f")})
-st.caption("Computed by this page's simulation. Why not 1.1? With q = m·k/n = "
-           f"{setup.target:,.1f} tokens per expert, loads fluctuate by about √q = {setup.target ** 0.5:.1f} from batch to "
-           f"batch, and the busiest of {n} experts sits about {(floor - 1) * setup.target ** 0.5:.1f} of those above the "
-           f"mean: on average max/mean is about {floor:.2f} or more for "
-           "any bias fixed before the batch (tokens drawn independently). QB, which estimates its bias from one earlier batch, lands a little above "
-           "that floor; only larger batches bring the floor down (8,192 tokens: 1.27; 65,536: 1.09 at 896 experts, top-16).")
+st.caption("Computed by this page's simulation. QB, which sets its bias from one earlier batch here, lands a "
+           "little above the floor.")
+st.markdown(goal_note(setup, floor))
 
 # ---- per-expert load at one step ---------------------------------------------------------------------
 st.subheader("Load per expert at one step")
@@ -137,32 +135,16 @@ ui.chart(load_figure(load, setup.target, f"{LABELS[method]}, step {step}: max/me
 st.subheader("Why the sign rule struggles near 1,000 experts, and why QB needs no step size")
 story = cached_sign_story(setup, float(gamma), source, layer)
 qb_df, sign_df = (table[table["method"] == LABELS[x]] for x in ("qb", "sign"))
-st.markdown(
-    f"Both methods adjust the same thing: one bias per expert, added to the scores only to choose the top-{k}. "
-    f"Both are descent methods on the same dual objective of the balancing problem. The **sign rule** "
-    f"(DeepSeek-V3, arXiv 2412.19437) takes a SignSGD step: every expert's bias moves by exactly ±γ per step, "
-    f"however far it is from balance. In this run Quantile Balancing moved the farthest expert's bias by "
-    f"**{story.qb_max_abs_bias:.3f}**; at γ = {gamma:g} the sign rule needs at least **{story.steps_needed:,} steps** "
-    f"to travel that far, and after {steps} steps it has moved at most **{story.sign_max_abs_bias:.3f}**. "
-    f"A larger γ travels faster but then each step is coarse: one +γ step pulls on average "
-    f"**{story.tokens_per_step:.1f} tokens** into an expert whose target is {story.target:,.1f}, and "
-    f"{story.flips:.0%} of experts reversed direction on the last step. With ~1,000 experts the k-th and "
-    f"(k+1)-th choices of a token are close in score, so one fixed step is too small for the experts far from "
-    f"balance and too large for those near it.\n\n"
-    f"**Quantile Balancing** (K3 report) instead sets each expert's bias to the exact minimiser of the same "
-    f"objective in that coordinate: the bias at which exactly q = m·k/n tokens of the last batch clear their "
-    f"cutoff (the (q+1)-th largest margin s − α, negated). There is no step to tune, and the farthest expert "
-    f"gets there in one move. The experts move together, so each one's cutoff shifts and a few steps settle: "
-    f"here its max/mean went {' → '.join(f'{v:.2f}' for v in qb_df['max/mean'].head(4))} in the first steps "
-    f"(sign rule: {' → '.join(f'{v:.2f}' for v in sign_df['max/mean'].head(4))}).")
-st.caption("Numbers computed from this run. The equivalence of the sign rule to SignSGD on the dual, and QB as "
-           "its exact coordinate minimiser, are the K3 report's framing (self-cited).")
+st.markdown(sign_rule_intuition(story, k, steps))
+with st.expander("Why a larger step does not help, and the optimisation view"):
+    st.markdown(sign_rule_details(story, k, list(qb_df["max/mean"]), list(sign_df["max/mean"])))
+st.caption("Numbers computed from this run.")
 st.caption("Auxiliary loss, the assumption made here: a Switch-style loss α·n·Σⱼ fⱼ·Pⱼ (fⱼ: share of routed "
            "slots, Pⱼ: mean normalised score), minimised by plain gradient steps (learning rate 1) on a per-expert "
            "logit offset of the router, the part of a router-weight update that shifts an expert for every token "
            "alike. Nothing else pulls on the offsets here: in real training the language-model loss resists them, "
            "and they change the scores themselves, hence the output weights (see below). With plain gradient steps "
-           "the push on each expert shrinks like α/n, so one α is 28× weaker at 896 experts than at 32, and too "
+           f"the push on each expert shrinks like α/n, so one α is {EXPERTS[-1] // 32}× weaker at {EXPERTS[-1]} experts than at 32, and too "
            "large an α overshoots (try 32 experts with α = 1,000): the coefficient needs tuning per model, "
            "QB's update has none.")
 
@@ -197,4 +179,4 @@ st.dataframe(checks, hide_index=True, width="stretch",
 st.caption(f"Computed on {wc.tokens:,} tokens: the bias changed the chosen set of {wc.changed_sets:,} of them, "
            f"{wc.compared:,} share at least two experts between the two routings. Differences of order 1e-16 are "
            "floating-point rounding (the sums run in another order). So the bias decides *which* experts a token "
-           "visits and never *how much* each counts (REFERENCES.md claim 11).")
+           "visits and never *how much* each counts (docs/REFERENCES.md claim 11).")

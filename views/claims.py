@@ -1,12 +1,13 @@
-"""Claims: every claim REFERENCES.md lists about K3, beside the value the code computes and a verdict."""
+"""Claims: every claim docs/REFERENCES.md lists, quoted from its article, beside the value the code computes and
+a verdict (one per part where a claim's parts fare differently)."""
 import pandas as pd
 import streamlit as st
 
 from app import live as lv_mod
 from app import state, ui
 from app.charts.claims import evidence_figure, verdict_figure
-from app.claims import (LEVELS, SOURCE, VERDICT_COLOURS, VERDICT_ICONS, VERDICTS, cached_checks, evidence_table,
-                        parse_claim, verdict_slug)
+from app.claims import (LEVEL_MEANING, LEVELS, SOURCE, VERDICT_COLOURS, VERDICT_ICONS, VERDICTS, cached_checks,
+                        evidence_table, parse_claim, quote_markdown, verdict_slug)
 from app.navigation import PAGES
 from app.text import md_escape
 
@@ -29,9 +30,10 @@ view = state.page(
 )
 ui.page_header(
     "Claims, checked",
-    "Fifteen claims commonly made about Kimi K3, each set beside the value this app's code computes now (from the "
-    "accounting, the live model or the cost model) and a verdict: **holds**, **holds with a caveat**, **does not "
-    "hold** or **cannot be checked here**.",
+    "Fifteen claims about Kimi K3 from two public articles, each quoted from its article and set beside the value "
+    "this app's code computes now (from the accounting, the live model or the cost model) and a verdict: **holds**, "
+    "**holds with a caveat**, **does not hold** or **cannot be checked here**; a claim whose parts fare differently "
+    "gets a verdict per part.",
     "filter to \"does not hold\", then follow the link under claim 12 to see where the microseconds go; a teacher "
     "can share one claim with `?claim=6` or `#claim-6` at the end of this page's address.",
 )
@@ -68,7 +70,7 @@ if only is not None:
     st.button("Show every claim", key="claims_all", on_click=view.set, args=("claim", None))
     shown = [c for c in checks if c.claim.number == only]
 else:
-    shown = [c for c in checks if c.verdict in picked]
+    shown = [c for c in checks if c.matches(picked)]
     if not shown:
         st.info("No claim has the chosen verdicts: pick at least one above.", icon=":material/filter_alt_off:")
 
@@ -76,7 +78,7 @@ else:
 for c in shown:
     n = c.claim.number
     st.subheader(f"Claim {n}: {c.claim.title}", anchor=f"claim-{n}", divider="gray")
-    st.markdown(f"> {md_escape(c.claim.text, 1000)}")
+    st.markdown(quote_markdown(c.claim))
     left, right = st.columns([3, 2])
     with left:
         st.markdown(f"**Computed now:** {c.computed}")
@@ -86,15 +88,18 @@ for c in shown:
     with right:
         st.badge(c.verdict, icon=VERDICT_ICONS[c.verdict], color=VERDICT_COLOURS[c.verdict])
         st.markdown(c.why)
+        for part in c.parts:
+            st.badge(f"{part.label}: {part.verdict}", icon=VERDICT_ICONS[part.verdict],
+                     color=VERDICT_COLOURS[part.verdict])
+            st.markdown(part.why)
     st.caption(f"Link to this claim: `?claim={n}` or `#claim-{n}` after this page's address.")
 
 # ---- evidence --------------------------------------------------------------------------------------------
 st.subheader("How strong is the evidence behind each component?", anchor="evidence")
 ev = evidence_table(checks)
 ui.chart(evidence_figure(ev, LEVELS),
-         "Each of K3's new components by the strength of the published evidence for it (REFERENCES.md): high where "
-         "independent work reproduced it, mixed where the idea is independent but K3's changes are its own, "
-         "self-cited where the only source is the same team. Labels list the claims on this page about the component; "
-         "hover for the sources.",
+         "Each of K3's new components by the strength of the published evidence for it (docs/REFERENCES.md): "
+         + "; ".join(f"{level}, {LEVEL_MEANING[level]}" for level in reversed(LEVELS))
+         + ". Labels list the claims on this page about the component; hover for the sources.",
          alt="Chart placing six K3 components at evidence levels self-cited, mixed or high.", key="claims_evidence")
 st.dataframe(ev, hide_index=True, width="stretch")

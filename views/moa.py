@@ -2,10 +2,13 @@
 import streamlit as st
 
 from app import state, ui
-from app.attention import fmt_tokens
+from app.text import fmt_tokens
+from model.accounting import count_params
+from model.config import K3Config
 from app.charts.moa import costs_figure, step_figure, sweep_figure
 from app.moa import (BANDWIDTHS, CONTEXTS, DEFAULTS, N_AGENTS, OUTPUTS, PRECISION_NAMES, PRECISIONS, assumptions,
-                     context_sweep, cost_table, matched_size, qualitative, scenario, show, size_bounds, step_breakdown)
+                     context_sweep, cost_table, matched_size, qualitative, scenario, show, size_bounds, step_breakdown,
+                     step_note)
 
 
 ui.page_header(
@@ -48,17 +51,19 @@ prec = view.draw(c4.segmented_control, "prec", "Agents' weights", list(PRECISION
 s = scenario(n, size, context, output, bw, prec)
 table, k3, moa = cost_table(s)
 total_agents = n * size
-st.caption(f"K3: 2,779.5B parameters (computed). {moa.name}: {total_agents:,}B in all"
-           + (" (matched)." if match else f" ({total_agents / 2779.5:.2f}x K3's).")
+st.caption(f"K3: {count_params(K3Config.full()).total / 1e9:,.1f}B parameters (computed). "
+           f"{moa.name}: {total_agents:,}B in all"
+           + (" (matched, to the whole billion)." if match else
+              f" ({total_agents * 1e9 / count_params(K3Config.full()).total:.2f}x K3's).")
            + " Every number below is derived from the configs by model/cost.py under the assumptions listed further down.")
 
 st.subheader("The costs, side by side")
 ui.chart(costs_figure(table, moa.name),
          f"For a {fmt_tokens(context)}-token prompt and a {output:,}-token answer. FLOPs: every agent computes with all "
-         f"its weights on every token, K3 with 104.2B of its 2,779.5B. Cache: one per agent, and the aggregator "
+         f"its weights on every token, K3 with {count_params(K3Config.full()).active / 1e9:,.1f}B of its "
+         f"{count_params(K3Config.full()).total / 1e9:,.1f}B. Cache: one per agent, and the aggregator "
          f"holds the prompt plus all {n} answers. Time: at batch 1 a decode step must read its weights from memory; "
-         f"K3 reads {show(k3.step_seconds * s.accel.bandwidth, 'bytes')} per step, an agent "
-         f"{show(moa.step_seconds * s.accel.bandwidth, 'bytes')}, and the aggregator cannot start before the proposers "
+         + step_note(s) + ", and the aggregator cannot start before the proposers "
          "finish. Weights: the same parameter count, stored at different precisions.",
          alt="Four bar charts comparing K3 and the Mixture of Agents on FLOPs per token, cache, time and weights.",
          key="moa_costs")

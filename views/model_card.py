@@ -3,6 +3,7 @@ import streamlit as st
 
 from app import state, ui
 from app.charts.model_card import bias_figure, training_figure
+from app.balance import LIVE_TARGET
 from app.live import banner, live
 from app.model_card import balanced_floor, config_table, load_json, train_log
 from model.config import K3Config
@@ -45,8 +46,10 @@ if card:
         f"{card.get('seq_len')} tokens in {card.get('train_minutes_this_run', '?')} minutes on "
         f"{card.get('hardware', '?')}, AdamW (peak learning rate "
         f"{card.get('lr')}), Quantile Balancing after every step, and routed experts quantised to MXFP4 "
-        f"with MXFP8 activations from step {card.get('quant_from_step', 0):,} on (quantisation-aware, as "
-        f"K3), seed {card.get('seed')}.\n"
+        f"with MXFP8 activations from step {card.get('quant_from_step', 0):,} on, trained through the rounding with "
+        "a straight-through estimator: this quantisation-aware pre-training is this project's choice (K3 trains "
+        "with quantisation only in post-training, SFT and RL, K3 report section 4.1, and names no estimator), "
+        f"seed {card.get('seed')}.\n"
         f"- **Checkpoint**: `assets/{card.get('file')}`, routed experts packed as real MXFP4 (4-bit codes two "
         f"per byte plus one power-of-two scale byte per 32 values), everything else bf16; SHA-256 "
         f"`{card.get('sha256', '')[:16]}…` checked on every load (loaded in "
@@ -99,8 +102,9 @@ if ev:
         st.caption(
             f"Expert load measured by `python -m model.evaluate` on a held-out batch of {hb['tokens']:,} tokens: "
             f"{hb['tokens'] // 128:,} windows of 128 tokens drawn across the held-out split, the way training "
-            f"batches are drawn, routed with the biases frozen as shipped (the project's target: at most 1.3, "
-            f"no expert without tokens; {sum(r <= 1.3 for r in hb.get('per_layer', []))} of "
+            f"batches are drawn, routed with the biases frozen as shipped (the project's own target: at most "
+            f"{LIVE_TARGET:g}, no expert without tokens; the best any router can show on so many tokens is the "
+            f"sampling floor {floor['median_layer']:.2f}; {sum(r <= LIVE_TARGET for r in hb.get('per_layer', []))} of "
             f"{len(hb.get('per_layer', []))} layers meet it). A batch of as many training-split "
             f"tokens: {tb['median_over_layers']:.2f} (median layer) and {tb['max_over_layers']:.2f} (worst).")
     tr_load, n_c = tr["max_mean_load"], ev["held_out_tokens"]
@@ -132,14 +136,17 @@ if log is not None:
              "almost no expert is left without tokens. Shaded: the quantisation-aware phase.",
              alt="Training loss, validation loss and expert load balance per training step.")
     ui.chart(bias_figure(log),
-             "How far apart the balancing biases of the experts sit: QB sets them from the previous "
-             "batch's routing, with no learning rate.",
+             "How far apart the balancing biases of the experts sit: after every step QB sets them from the routing "
+             "of the last 3 batches (a window this project chose, since one 1,024-token batch gives each expert "
+             "about 18 tokens), with no learning rate; the balance calibration then re-sets them once more.",
              alt="Spread of the balancing bias over training steps.")
 
 st.subheader("Its configuration beside Kimi K3's")
 st.dataframe(config_table(), hide_index=True, width="stretch")
 st.caption("Counts and ratios are K3's; widths are shrunk so that the whole model runs on a 2-core CPU. "
-           "'published' values come from the K3 report and config; 'derived' follow from them.")
+           "'published' values come from the K3 report and config (the latent width 3,584 is published as "
+           "`routed_expert_hidden_size` and also equals d/2); 'derived' follow from them. The report says MXFP8 for "
+           "expert activations; the element type E4M3 is what K3's serving kernels take.")
 
 st.subheader("What it is not")
 st.markdown(

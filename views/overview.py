@@ -3,7 +3,8 @@ import streamlit as st
 
 from app import state, ui
 from app.charts.overview import breakdown_figure, frontier_figure, growth_figure, stack_figure
-from app.overview import breakdown, frontier_table, headlines, k2_published_note, k2_vs_k3, layer_stack
+from app.overview import (breakdown, frontier_note, frontier_table, growth_caption, headlines, k2_published_note,
+                          k2_vs_k3, layer_stack)
 from app.text import fmt_params
 from model.config import K3Config
 
@@ -25,16 +26,18 @@ for row in (cards[:4], cards[4:]):
         with col.container(border=True):
             st.metric(h.label, h.computed_text, help=f"Computed: {h.how}. Source of the published figure: {h.source}.")
             st.caption(f"{h.detail}  \n{h.verdict}" if h.detail else h.verdict)
-st.caption("Computed: from `K3Config.full()` by the parameter accounting of ARCHITECTURE.md §9, the same "
+st.caption("Computed: from `K3Config.full()` by the parameter accounting of docs/ARCHITECTURE.md §9, the same "
            "formulas that the tests check against the real PyTorch modules. Published: the K3 report, Table 1.")
 
 st.subheader("93 layers: three KDA, then one gated MLA")
 stack = layer_stack(cfg)
 ui.chart(stack_figure(stack, len(cfg.attnres_blocks)),
          f"{cfg.n_kda} Kimi Delta Attention layers (fixed-size state) and {cfg.n_mla} gated MLA layers "
-         "(a compressed cache that grows with the text): three KDA then one MLA, 23 times, plus a final MLA. "
-         "Layer 0 has a dense FFN; the other 92 are mixtures of experts. Shaded bands: the 8 Attention-Residual "
-         "blocks (7 of 12 layers and one of 9) over which each layer attends to earlier depth.",
+         f"(a compressed cache that grows with the text): three KDA then one MLA, {cfg.n_mla - 1} times, plus a final "
+         f"MLA. Layer 0 has a dense FFN; the other {len(cfg.moe_layers)} are mixtures of experts. Shaded bands: the "
+         f"{len(cfg.attnres_blocks)} Attention-Residual blocks ({cfg.attnres_blocks.count(cfg.attnres_block_size)} "
+         f"of {cfg.attnres_block_size} layers and one of {cfg.attnres_blocks[-1]}) over which each layer attends to "
+         "earlier depth.",
          alt="Chart of K3's 93 layers: attention type per layer (KDA or MLA), FFN type, and the 8 AttnRes blocks.")
 
 st.subheader("Where the parameters are")
@@ -43,17 +46,14 @@ which = view.draw(st.segmented_control, "count", "Count", ["total", "active"],
 bd = breakdown(cfg)
 routed = bd.set_index("component").loc["routed experts"]
 ui.chart(breakdown_figure(bd, which or "total"),
-         f"Routed experts hold {routed['share of total']:.1%} of all weights, but a token touches only 16 of "
-         f"the 896 in each layer, so they are {routed['share of active']:.1%} of the per-token work. "
+         f"Routed experts hold {routed['share of total']:.1%} of all weights, but a token touches only {cfg.top_k} of "
+         f"the {cfg.n_routed_experts} in each layer, so they are {routed['share of active']:.1%} of the per-token work. "
          "The embedding is a table lookup, so it is not counted as active.",
          alt="Bar chart of K3's parameters by component, as a share of total or active parameters.")
 
 st.subheader("K3 among public mixture-of-experts models")
 frontier = frontier_table()
-ui.chart(frontier_figure(frontier),
-         "Log axes: total parameters (what must be stored) against active parameters (what each token "
-         "computes with). Dotted lines mark a constant active share; K3 sits near 3.7%, the sparse end "
-         "of the field. K3's star is computed here; the other points are published figures.",
+ui.chart(frontier_figure(frontier), frontier_note(frontier),
          alt="Log-log scatter of total versus active parameters for public MoE models, K3 highlighted.")
 st.dataframe(
     frontier[["model", "released", "total_b", "active_b", "active share", "experts", "source"]],
@@ -64,9 +64,6 @@ st.dataframe(
 
 st.subheader("From Kimi K2 to K3")
 growth = k2_vs_k3()
-ui.chart(growth_figure(growth),
-         "Each metric on its own scale; the bold number is the K3 / K2 ratio. K3 has 2.3x the experts and "
-         "routes each token to twice as many, yet a token sends the same number of values to its experts "
-         "(16 x 3,584 = 8 x 7,168) because LatentMoE halves the width experts work in.",
+ui.chart(growth_figure(growth), growth_caption(growth),
          alt="Small multiples comparing Kimi K2 and K3 on ten metrics.")
 st.caption(k2_published_note())

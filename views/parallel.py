@@ -4,13 +4,14 @@ import streamlit as st
 from app import live as lv_mod
 from app import state, ui
 from app.charts.parallel import bytes_figure, fanout_figure, rank_bytes_figure, shard_load_figure, traffic_figure
-from app.parallel import (ASSIGN, DIVISORS, RUNNABLE, bytes_table, cached_routing, cached_traffic, expected_fanout,
+from app.parallel import (ASSIGN, DIVISORS, RUNNABLE, bytes_table, cached_routing, cached_traffic, example_note, expected_fanout,
                           fanout, ffn_input_of, run_layer, shard_pairs, shard_tokens)
 from app.text import md_escape
 from model.config import K3Config
 from model.parallel import LaunchError
 
 TINY = K3Config.tiny()
+K3, K2 = K3Config.full(), K3Config.kimi_k2()
 view = state.page(
     *ui.PROMPT,
     state.Choice("g", 8, "number of devices", options=tuple(DIVISORS)),
@@ -37,7 +38,8 @@ G = view.draw(c1.select_slider, "g", "Devices G (divisors of 896)", DIVISORS)
 assign = view.draw(c2.segmented_control, "assign", "Tokens start on devices by", list(ASSIGN), format_func=ASSIGN.get)
 per = n // G
 c1, c2, c3 = st.columns(3)
-c1.metric("Experts per device", f"{per}", help="Computed: 896 / G. Published claim: 112 per GPU on 8 GPUs.")
+c1.metric("Experts per device", f"{per}", help="Computed: 896 / G. 112 per GPU on 8 GPUs is the second article's illustration, not K3's deployment: the "
+          "K3 report names no expert-parallel size.")
 c2.metric("Expected devices per token (uniform routing)", f"{expected_fanout(n, cfg.top_k, G):.2f}",
           help="Derived: G · (1 − C(896 − 896/G, 16) / C(896, 16)), if a token's 16 experts were uniform.")
 
@@ -51,9 +53,10 @@ fan = fanout(experts, G, n)
 c3.metric("Devices per token (live routing)", f"{fan.mean():.2f}",
           help=f"Computed: distinct devices among each token's {cfg.top_k} experts, averaged over {T} tokens × "
                f"{len(cfg.moe_layers)} layers of the live model.")
-st.caption(f"Claim (REFERENCES.md 10): “896 experts over 8 GPUs is 112 per GPU; a token's 16 experts can land on any "
-           f"shard.” Computed here: {n} / {G} = {per} per device, and on your prompt a token's experts span on average "
-           f"{fan.mean():.2f} of {G} devices (at most {min(G, cfg.top_k)}).")
+st.caption(f"Claim 10 (docs/REFERENCES.md): “896 experts sharded across 8 GPUs (~112 each). A token's top-16 experts "
+           "can land on any shard” (“Kimi K3 Goes Trillion-Scale With Sparse MoE Efficiency”). " + example_note(G)
+           + f" On your prompt a token's experts span on average {fan.mean():.2f} of {G} devices (at most "
+           f"{min(G, cfg.top_k)}).")
 
 st.subheader("Load per device, every layer")
 pairs, toks = shard_pairs(experts, G, n), shard_tokens(experts, G, n)
@@ -91,10 +94,11 @@ ui.chart(traffic_figure(M, "vectors" if dedup else "pairs"),
 st.subheader("What one token sends, at K3 scale")
 bt = bytes_table(G, float(fan.mean()))
 ui.chart(bytes_figure(bt),
-         "Per MoE layer and per token, dispatch only (the combine sends as much back). LatentMoE projects the token "
-         "from d = 7,168 to l = 3,584 before dispatch, halving what each pair carries: 16 × 3,584 = 57,344 values, "
-         "exactly Kimi K2's 8 × 7,168 with twice the experts per token. Sending one copy per device instead of per "
-         "pair cuts it further to the fan-out.",
+         f"Per MoE layer and per token, dispatch only (the combine sends as much back). LatentMoE projects the token "
+         f"from d = {K3.d_model:,} to l = {K3.expert_width:,} before dispatch, halving what each pair carries: "
+         f"{K3.top_k} × {K3.expert_width:,} = {K3.top_k * K3.expert_width:,} values, exactly Kimi K2's {K2.top_k} × "
+         f"{K2.d_model:,} with {K3.top_k // K2.top_k}x the experts per token. Sending one copy per device instead of "
+         "per pair cuts it further to the fan-out.",
          alt="Horizontal bar chart of kilobytes one token sends to its experts per layer, for several schemes.",
          key="ep_bytes")
 st.dataframe(bt, hide_index=True, width="stretch",

@@ -5,7 +5,7 @@ import streamlit as st
 
 from app import live as lv_mod
 from app import state, ui
-from app.attention import fmt_bytes
+from app.text import fmt_bytes
 from app.charts.quant_lab import behaviour_figure, block_figure, errors_figure, scales_figure, superscript
 from app.quant_lab import (BLOCK, COARSE_BLOCK, FORMAT_NAMES, HELDOUT_CHUNK, HELDOUT_ROWS, MATRICES, SOURCES, VARIANT_HOW,
                            VARIANTS, EXAMPLES, block_table, blocks_per_tensor, cached_figure, cached_heldout_comparison,
@@ -74,7 +74,7 @@ block = view.draw(c4.number_input, "block", f"Block (0–{n_blocks - 1})", 0, n_
 
 if source == "example":
     values = EXAMPLES[fmt][0]
-    where = f"ARCHITECTURE.md §7's {FORMAT_NAMES[fmt]} example ({len(values)} values; a short block)"
+    where = f"docs/ARCHITECTURE.md §7's {FORMAT_NAMES[fmt]} example ({len(values)} values; a short block)"
 else:
     values = weight_block(model, layer, matrix, source, int(block), int(expert))
     where = (f"layer {layer}, routed expert {expert}, {matrix}, values {block * BLOCK}–{block * BLOCK + len(values) - 1} "
@@ -207,7 +207,8 @@ st.dataframe(k3_gb_table(), hide_index=True, width="stretch",
                             "bits per value": st.column_config.NumberColumn(format="%.2f"),
                             **{c: st.column_config.NumberColumn(format="%,.1f") for c in GB_COLUMNS.values()}})
 st.caption("Which parts K3 keeps in higher precision: attention, latent projections, shared experts and router "
-           f"(published: K3 report, ARCHITECTURE.md §7); expert activations run in MXFP8 ({K3['bits_mxfp8']:g} bits). "
+           f"(published: K3 report; docs/ARCHITECTURE.md §7); expert activations run in MXFP8 ({K3['bits_mxfp8']:g} "
+           "bits; the report says MXFP8, and E4M3 elements are what K3's serving kernels take). "
            "For the "
            "embedding, LM head, dense layer-0 FFN and norms the report gives no format: bf16 is our assumption. "
            "Parameter counts computed by the accounting (model/accounting.py); bytes derived as parameters × bits / 8.")

@@ -30,8 +30,10 @@ view = state.page(
 )
 ui.page_header(
     "SiTU-GLU vs SwiGLU",
-    "K3 replaces SwiGLU with **SiTU-GLU**, a gated activation whose output can never exceed **100** in size, "
-    "so expert activations always fit FP8 (largest value 448) and a stack of expert layers cannot blow up.",
+    f"K3 replaces SwiGLU with **SiTU-GLU**, a gated activation whose output can never exceed **{CAP:g}** in size, "
+    "whatever the weights, so the hidden value inside every expert stays bounded. K3 stores these activations in "
+    f"MXFP8, where each block of 32 gets its own power-of-two scale; the E4M3 limit {FP8_MAX:g} binds only without "
+    "that scale.",
     "drag the range out to ±1000 and watch SwiGLU leave the chart while SiTU-GLU flattens at 100; then raise "
     "the weight scale of the chain experiment to 3 and see which variants survive 92 layers.",
 )
@@ -54,15 +56,15 @@ ui.chart(output_figure(df, up, cross, full),
          (f"At u = {up}: SiTU-GLU stays within ±{CAP:g} for every g (its up factor is 25·tanh({up}/25) = "
           f"{25 * math.tanh(up / 25):.2f} here, never more than 25 in size), "
           "while SwiGLU grows linearly in g. "
-          + (f"SwiGLU crosses the FP8 E4M3 maximum 448 at g = {', '.join(f'{g:.4g}' for g in cross)} (computed by "
-             "bisection on the real function)." if cross else
+          + (f"SwiGLU crosses {FP8_MAX:g}, E4M3's largest value without a block scale, at g = "
+             f"{', '.join(f'{g:.4g}' for g in cross)} (computed by bisection on the real function)." if cross else
              "In this range SwiGLU stays under 448 in size: widen the range or raise |u|.")),
          alt="Line chart of SiTU-GLU and SwiGLU against the gate value at a fixed up value, with lines at ±100 and ±448.",
          key="situ_out")
 ui.chart(factors_figure(df),
          "Left: the gate factors. Near 0 they agree (both ≈ g/2 + g²/4); SiTU-GLU's saturates at 4, swish grows "
-         "without bound. The minimum of the SiTU-GLU gate factor is marked (ARCHITECTURE.md: about -0.2698 at "
-         "g ≈ -1.22; swish: -0.2785 at -1.28). Right: the up factors; SwiGLU passes u through unchanged, "
+         "without bound. The minimum of the SiTU-GLU gate factor is marked (computed on this grid; "
+         "docs/ARCHITECTURE.md section 4). Right: the up factors; SwiGLU passes u through unchanged, "
          "SiTU-GLU caps it at 25. The y axes stop at three times each bound.",
          alt="Two line charts: the gate factor of both activations against g, and the up factor against u.",
          key="situ_factors")
@@ -103,7 +105,8 @@ if prompt is not None:
              f"({n_tok} × {cfg.top_k} × {cfg.expert_hidden} = {n_tok * cfg.top_k * cfg.expert_hidden:,} values): the live "
              "model's own gate and up pre-activations, passed through SiTU-GLU (what the model runs) and through "
              "SwiGLU (the same experts, the activation swapped). At scale 1 the two agree closely: the bound only "
-             "matters in the tails. Raise the scale and SwiGLU's tail passes 448 while SiTU-GLU's stops at 100.",
+             f"matters in the tails. Raise the scale and SwiGLU's tail passes {FP8_MAX:g} (E4M3's largest value before "
+             f"MXFP8's block scale) while SiTU-GLU's stops at {CAP:g}.",
              alt="Overlaid histograms of the experts' hidden activations under SiTU-GLU and SwiGLU.", key="situ_hist")
     st.dataframe(summary, hide_index=True, width="stretch",
                  column_config={"max |h|": st.column_config.NumberColumn(format="%.4g")})

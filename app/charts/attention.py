@@ -9,7 +9,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from app import theme
-from app.attention import fmt_bytes, fmt_tokens, token_text
+from app.text import fmt_bytes, fmt_tokens, token_text
 
 DESIGN_COLOUR = {"K3 hybrid": theme.K3, "all MLA": theme.MLA, "all MHA": theme.OKABE_ITO["purple"]}
 PLANE_COLOUR = {"KDA state": theme.KDA, "MLA latent": theme.MLA, "Block AttnRes": theme.OKABE_ITO["purple"],

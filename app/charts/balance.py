@@ -53,11 +53,11 @@ def steps_figure(df: pd.DataFrame, floor: float) -> go.Figure:
                                      hovertemplate=f"{method}<br>step %{{x}}: %{{y:.4g}}<extra></extra>"),
                           row=1, col=col)
     # shapes take data values on a log axis, annotations log10 of them (plotly convention)
-    for y, text, colour, dash, x in ((floor, f"floor {floor:.2f}", theme.OKABE_ITO["green"], "dot", 0.98),
-                                     (1.1, "1.1", theme.OKABE_ITO["grey"], "dash", 0.02))[: 1 if floor < 1.2 else 2]:
-        fig.add_hline(y=y, row=1, col=1, line=dict(color=colour, dash=dash, width=1.5))
-        fig.add_annotation(x=x, xref="x domain", y=math.log10(y), yref="y", text=text, showarrow=False,
-                           xanchor="right" if x > 0.5 else "left", yanchor="top", font=dict(color=colour, size=11))
+    # One reference line, the goal: the sampling-noise floor of this batch size (app.balance.goal_note)
+    colour = theme.OKABE_ITO["green"]
+    fig.add_hline(y=floor, row=1, col=1, line=dict(color=colour, dash="dot", width=1.5))
+    fig.add_annotation(x=0.98, xref="x domain", y=math.log10(floor), yref="y", text=f"goal: noise floor {floor:.2f}",
+                       showarrow=False, xanchor="right", yanchor="top", font=dict(color=colour, size=11))
     top = max(2.0, float(df["max/mean"].max()))
     ticks = [v for v in (1, 1.5, 2, 3, 5, 10, 20, 50, 100, 200, 500) if v <= top * 1.2]
     fig.update_yaxes(type="log", row=1, col=1, tickvals=ticks, ticktext=[f"{v:g}" for v in ticks],

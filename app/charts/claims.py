@@ -26,7 +26,7 @@ def evidence_figure(df: pd.DataFrame, levels: tuple[str, ...]) -> go.Figure:
             text=[f"claims {c}" if c else "" for c in d["claims"]], textposition="middle right",
             customdata=d["sources"], hovertemplate="<b>%{y}</b>: " + level + "<br>%{customdata}<extra></extra>"))
     fig.update_xaxes(tickvals=list(range(len(levels))), ticktext=list(levels), range=[-0.5, len(levels) - 0.2],
-                     title="strength of the evidence (REFERENCES.md)", showgrid=False, zeroline=False)
+                     title="strength of the evidence (docs/REFERENCES.md)", showgrid=False, zeroline=False)
     fig.update_yaxes(autorange="reversed", showgrid=False, categoryorder="array", categoryarray=list(df["component"]))
     fig.update_layout(height=320, margin=dict(l=10, r=10, t=10, b=10), showlegend=False)
     return fig

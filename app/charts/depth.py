@@ -18,7 +18,7 @@ def links_figure(series: pd.DataFrame, mark: int, block_size: int, paper_limit: 
     fig.add_vrect(x0=1, x1=paper_limit, fillcolor=GREY, opacity=0.10, line_width=0, layer="below")
     fig.add_annotation(x=np.log10(paper_limit), y=1, yref="paper", xanchor="right", yanchor="top",
                        showarrow=False, font=dict(size=11),
-                       text=f"L < {paper_limit}: Full 'affordable'<br>(AttnRes paper's claim, self-cited)")
+                       text=f"L < {paper_limit}: Full's arithmetic 'affordable'<br>(K3 report, section 2.2)")
     for name, colour in (("Full", FULL), ("Block", BLOCK)):
         label = "Full AttnRes" if name == "Full" else f"Block AttnRes (blocks of {block_size})"
         fig.add_trace(go.Scatter(x=series["layers"], y=series[name], mode="lines", name=label,

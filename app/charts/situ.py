@@ -24,7 +24,7 @@ CHAIN_STYLE = {   # (activation, norm) -> colour, dash
 def _limit_lines(fig, y_lo, y_hi, cap=100.0, fp8=448.0, row=None, col=None, labels=True):
     """Horizontal lines at +-cap and +-fp8 where they fall inside [y_lo, y_hi]."""
     for value, colour, dash, name in ((cap, CAP_COLOUR, "dot", "SiTU-GLU cap 100"),
-                                      (fp8, FP8_COLOUR, "dash", "FP8 E4M3 max 448")):
+                                      (fp8, FP8_COLOUR, "dash", "E4M3 max 448 (no block scale)")):
         for sign in (1, -1):
             y = sign * value
             if not y_lo <= y <= y_hi:
@@ -214,7 +214,7 @@ def chain_figure(table: pd.DataFrame, metric: str = "max_h", ceiling: float = 1e
             hi_val = ceiling
     if metric == "max_h":
         for value, colour, dash, text in ((100.0, CAP_COLOUR, "dot", "SiTU-GLU cap 100"),
-                                          (448.0, FP8_COLOUR, "dash", "FP8 E4M3 max 448"),
+                                          (448.0, FP8_COLOUR, "dash", "E4M3 max 448 (no block scale)"),
                                           (3.4e38, GREY, "dashdot", "FP32 / BF16 max 3.4e38")):
             if value <= hi_val * 10:
                 _log_hline(fig, value, text, colour, dash)
