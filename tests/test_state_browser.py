@@ -1,0 +1,126 @@
+"""The view survives what a student does (headless Chromium): a long sequence of inputs on the Routing
+explorer, its link reopened in a fresh browser gives the same view; presenter mode draws every chart;
+an embedded page shows no navigation; switching presenter mode off keeps the sidebar."""
+from urllib.parse import parse_qs, urlparse
+
+import pytest
+
+from tests.conftest import settle
+
+pytestmark = pytest.mark.browser
+
+
+def slider(page, label):
+    return page.locator('[data-testid="stSlider"]').filter(has_text=label).first.get_by_role("slider")
+
+
+def toggle(page, label):
+    return page.locator('[data-testid="stCheckbox"]').filter(has_text=label).first
+
+
+def view_of(page) -> dict:
+    """What a person sees of the view: the controls' values and the grid's title."""
+    return {
+        "layer": slider(page, "Layer").input_value(),
+        "k": slider(page, "Experts per token").input_value(),
+        "text": page.locator('[data-testid="stTextArea"] textarea').first.input_value(),
+        "dense": toggle(page, "Dense").locator("input").is_checked(),
+        "bias": toggle(page, "Balancing bias").locator("input").is_checked(),
+        "knocked": page.locator('[data-testid="stMultiSelect"]').filter(has_text="Knock out").first.inner_text(),
+        "grid": page.locator(".js-plotly-plot .gtitle").first.text_content(),
+    }
+
+
+def query(page) -> dict:
+    return {k: v[0] for k, v in parse_qs(urlparse(page.url).query).items()}
+
+
+def test_a_long_sequence_of_inputs_and_the_link_reopened(server, browser, page):
+    page.goto(server + "routing?layer=20")
+    settle(page)
+    page.locator('[data-testid="stButtonGroup"] button').filter(has_text="Your own text").first.click()
+    settle(page)
+    box = page.locator('[data-testid="stTextArea"] textarea').first
+    box.fill("Zebras cross the road at noon")
+    box.press("Control+Enter")
+    settle(page)
+    assert slider(page, "Layer").input_value() == "20"      # kept (it reset to 0 before)
+    slider(page, "Layer").focus()
+    page.keyboard.press("ArrowRight")
+    settle(page)
+    slider(page, "Experts per token").focus()
+    for _ in range(4):
+        page.keyboard.press("ArrowLeft")
+    settle(page)
+    page.get_by_role("button", name="Next").click()
+    settle(page)
+    page.locator('[data-testid="stButton"] button').filter(has_text="Knock out").first.click()
+    settle(page)
+    toggle(page, "Balancing bias").click()
+    settle(page)
+    chips = (page.locator('[data-testid="stElementContainer"]').filter(has_text="Token: click one")
+             .locator('[data-testid="stButtonGroup"] button'))
+    n_chips = chips.count()
+    chips.nth(2).click()
+    settle(page)
+    toggle(page, "Dense").click()
+    settle(page)
+    seen = view_of(page)
+    assert seen["layer"] == "22" and seen["k"] == "12" and seen["dense"] and not seen["bias"]
+    assert seen["text"] == "Zebras cross the road at noon"
+    link = query(page)
+    assert link["layer"] == "22" and link["k"] == "12" and link["dense"] == "on" and link["bias"] == "off"
+    assert link["token"] != str(n_chips - 1) and link["ko"] and link["preset"] == "own"   # not the last token
+    assert page.locator('[data-testid="stException"]').count() == 0
+
+    fresh = browser.new_context(viewport={"width": 1400, "height": 2400})
+    other = fresh.new_page()
+    other.goto(page.url)
+    settle(other)
+    assert view_of(other) == seen
+    assert query(other) == link
+    assert other.locator('[data-testid="stException"]').count() == 0
+    fresh.close()
+
+
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+def test_presenter_mode_draws_every_chart_with_its_traces(server, browser, scheme):
+    ctx = browser.new_context(viewport={"width": 1400, "height": 9000}, color_scheme=scheme)
+    page = ctx.new_page()
+    for path in ("?present=1", "routing?present=1", "attnres?present=1"):
+        page.goto(server + path)
+        settle(page)
+        plots = page.evaluate("""[...document.querySelectorAll('.js-plotly-plot')].map(p => ({
+            traces: (p._fullData || []).filter(t => t.visible !== false).length,
+            drawn: p.querySelectorAll('g.trace, .heatmaplayer image, g.barlayer path, g.scatterlayer path').length,
+            axes: p.querySelectorAll('.xtick, .ytick').length,
+            width: p.getBoundingClientRect().width}))""")
+        assert plots, path
+        for i, p in enumerate(plots):
+            assert p["traces"] > 0 and p["drawn"] > 0 and p["width"] > 200, (path, i, p)
+        assert page.locator('[data-testid="stMain"] [data-testid="stSlider"]').count() == 0 or \
+            not page.locator('[data-testid="stMain"] [data-testid="stSlider"]').first.is_visible()
+    ctx.close()
+
+
+def test_an_embedded_page_has_no_navigation(server, page):
+    page.goto(server + "routing?embed=true&layer=12")
+    settle(page)
+    assert page.locator("h1").first.inner_text() == "Routing explorer"
+    assert page.locator('[data-testid="stSidebar"]').count() == 0
+    assert page.locator('[data-testid="stSidebarNav"]').count() == 0
+    assert page.locator('[data-testid="stException"]').count() == 0
+
+
+def test_presenter_mode_off_keeps_the_sidebar_open(server, page):
+    page.goto(server + "situ-glu")
+    settle(page)
+    sidebar = page.locator('[data-testid="stSidebar"]')
+    assert sidebar.get_attribute("data-collapsed") == "false" and sidebar.bounding_box()["width"] > 100
+    toggle(page, "Presenter mode").click()
+    settle(page)
+    assert query(page).get("present") == "1"
+    toggle(page, "Presenter mode").click()
+    settle(page)
+    assert "present" not in query(page)
+    assert sidebar.get_attribute("data-collapsed") == "false" and sidebar.bounding_box()["width"] > 100
