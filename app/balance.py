@@ -127,35 +127,62 @@ class Run:
     biases: np.ndarray      # [steps, n] bias (or, for aux, logit offset) each batch was routed with
 
 
-def simulate(setup: Setup, method: str, param: float = 0.0, pool: torch.Tensor | None = None) -> Run:
-    """One method over setup.steps fresh batches (see the module docstring for the protocol).
-    param: gamma for the sign rule, alpha for the auxiliary loss, unused otherwise."""
+def _route(biased: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(the top-k experts of each token [m, k], in no order; the (k+1)-th biased score [m], QB's cutoff).
+    A partial partition (numpy's introselect) finds the same set as torch.topk at a third of its cost on the
+    CPU; the set is all the simulation needs (loads), and ties have probability zero for float scores."""
+    a = biased.numpy()
+    part = np.argpartition(-a, k, axis=1)                                           # [m, n]; column k is the (k+1)-th
+    cutoff = np.take_along_axis(a, part[:, k:k + 1], axis=1)[:, 0]
+    return torch.from_numpy(part[:, :k]), torch.from_numpy(cutoff)
+
+
+def simulate_all(setup: Setup, params: dict[str, float], pool: torch.Tensor | None = None,
+                 progress=None) -> dict[str, Run]:
+    """Every method in `params` (method -> gamma for the sign rule, alpha for the auxiliary loss, unused
+    otherwise) over the same setup.steps fresh batches (see the module docstring for the protocol). Each
+    batch is drawn once and routed by every method, so five methods cost one batch stream, not five.
+    progress(step, steps) is called after each step, if given."""
     setup.check()
-    if method not in METHODS:
-        raise ValueError(f"method is one of {METHODS}")
+    bad = [m for m in params if m not in METHODS]
+    if bad:
+        raise ValueError(f"method is one of {METHODS}, not {bad}")
     src = Scores(setup, pool)
     n, k = setup.n_experts, setup.top_k
-    b = torch.zeros(n)
-    loads, biases = [], []
+    bias = {m: torch.zeros(n) for m in params}
+    loads = {m: [] for m in params}
+    biases = {m: [] for m in params}
     for t in range(setup.steps):
         S = src.batch(t)                                                           # [m, n]
-        biases.append(b.numpy().copy())
-        if method == "aux":
-            top, b_next = aux_loss_step(S, b, k, param)                             # routes, then steps
-        else:
-            vals, idx = torch.topk(S + b, k + 1, dim=-1)                             # [m, k+1]
-            top = idx[:, :k]
-        load = torch.bincount(top.reshape(-1), minlength=n)
-        loads.append(load.numpy())
-        if method == "qb":
-            b = quantile_balance(S, b, k, cutoff=vals[:, k])
-        elif method == "qb_hist":
-            b = QuantileHistogram(b, k, setup.bins).add(S, b).bias().to(b.dtype)
-        elif method == "sign":
-            b = sign_rule_update(load, b, param)
-        elif method == "aux":
-            b = b_next
-    return Run(method, param, np.stack(loads), np.stack(biases))
+        for method, param in params.items():
+            b = bias[method]
+            biases[method].append(b.numpy().copy())
+            if method == "aux":
+                top, b_next = aux_loss_step(S, b, k, param)                         # routes, then steps
+            else:
+                top, cutoff = _route(S + b, k)
+            load = torch.bincount(top.reshape(-1), minlength=n)
+            loads[method].append(load.numpy())
+            if method == "qb":
+                b_next = quantile_balance(S, b, k, cutoff=cutoff)
+            elif method == "qb_hist":
+                b_next = QuantileHistogram(b, k, setup.bins).add(S, b).bias().to(b.dtype)
+            elif method == "sign":
+                b_next = sign_rule_update(load, b, param)
+            elif method == "none":
+                b_next = b
+            bias[method] = b_next
+        if progress is not None:
+            progress(t + 1, setup.steps)
+    return {m: Run(m, p, np.stack(loads[m]), np.stack(biases[m])) for m, p in params.items()}
+
+
+def simulate(setup: Setup, method: str, param: float = 0.0, pool: torch.Tensor | None = None) -> Run:
+    """One method over setup.steps fresh batches. param: gamma for the sign rule, alpha for the auxiliary
+    loss, unused otherwise."""
+    if method not in METHODS:
+        raise ValueError(f"method is one of {METHODS}")
+    return simulate_all(setup, {method: param}, pool)[method]
 
 
 def metrics(run: Run, setup: Setup) -> pd.DataFrame:
@@ -369,9 +396,14 @@ def live_pool(layer: int) -> tuple[torch.Tensor, str, int]:
     return out.trace.scores(layer)[0].detach().float().clone(), origin, len(ids)
 
 
-@st.cache_data(max_entries=64, show_spinner=False)
-def cached_run(setup: Setup, method: str, param: float, source: str, layer: int) -> Run:
-    return simulate(setup, method, param, _pool(source, layer))
+def method_params(gamma: float, aux: float) -> dict[str, float]:
+    return {"none": 0.0, "sign": float(gamma), "aux": float(aux), "qb_hist": 0.0, "qb": 0.0}
+
+
+@st.cache_data(max_entries=32, show_spinner=False)
+def cached_runs(setup: Setup, gamma: float, aux: float, source: str, layer: int) -> dict[str, Run]:
+    """All five methods on one stream of batches (the page's whole simulation, cached per input)."""
+    return simulate_all(setup, method_params(gamma, aux), _pool(source, layer))
 
 
 def _pool(source: str, layer: int) -> torch.Tensor | None:
@@ -379,21 +411,21 @@ def _pool(source: str, layer: int) -> torch.Tensor | None:
 
 
 @st.cache_data(max_entries=64, show_spinner=False)
-def cached_hist_check(setup: Setup, step: int, source: str, layer: int) -> HistCheck:
-    run = cached_run(setup, "qb_hist", 0.0, source, layer)
+def cached_hist_check(setup: Setup, gamma: float, aux: float, step: int, source: str, layer: int) -> HistCheck:
+    run = cached_runs(setup, gamma, aux, source, layer)["qb_hist"]
     return hist_check(setup, run.biases[step], step, _pool(source, layer))
 
 
 @st.cache_data(max_entries=64, show_spinner=False)
-def cached_weight_check(setup: Setup, aux_coef: float, step: int, source: str, layer: int) -> WeightCheck:
-    qb, aux = cached_run(setup, "qb", 0.0, source, layer), cached_run(setup, "aux", aux_coef, source, layer)
-    return weight_check(setup, qb.biases[step], aux.biases[step], step, _pool(source, layer))
+def cached_weight_check(setup: Setup, gamma: float, aux: float, step: int, source: str, layer: int) -> WeightCheck:
+    runs = cached_runs(setup, gamma, aux, source, layer)
+    return weight_check(setup, runs["qb"].biases[step], runs["aux"].biases[step], step, _pool(source, layer))
 
 
 @st.cache_data(max_entries=64, show_spinner=False)
-def cached_sign_story(setup: Setup, gamma: float, source: str, layer: int) -> SignStory:
-    qb, sign = cached_run(setup, "qb", 0.0, source, layer), cached_run(setup, "sign", gamma, source, layer)
-    return sign_story(setup, qb, sign, _pool(source, layer))
+def cached_sign_story(setup: Setup, gamma: float, aux: float, source: str, layer: int) -> SignStory:
+    runs = cached_runs(setup, gamma, aux, source, layer)
+    return sign_story(setup, runs["qb"], runs["sign"], _pool(source, layer))
 
 
 @st.cache_data(max_entries=64, show_spinner=False)

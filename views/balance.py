@@ -4,7 +4,7 @@ import streamlit as st
 
 from app import live as lv_mod
 from app import state, ui
-from app.balance import (LABELS, METHODS, SOURCES, Setup, cached_hist_check, cached_noise_floor, cached_run,
+from app.balance import (LABELS, METHODS, SOURCES, Setup, cached_hist_check, cached_noise_floor, cached_runs,
                          cached_sign_story, cached_weight_check, goal_note, live_pool, metrics, sign_rule_details,
                          sign_rule_intuition, steps_to)
 from app.charts.balance import hist_error_figure, load_figure, steps_figure, weights_figure
@@ -69,7 +69,6 @@ if k >= n:
     k = n // 2
 setup = Setup(n_experts=n, top_k=k, tokens=m, steps=steps, skew=float(skew if source == "synthetic" else 0.0),
               bins=bins)
-params = {"none": 0.0, "sign": float(gamma), "aux": float(aux), "qb_hist": 0.0, "qb": 0.0}
 
 if source == "live":
     lv = lv_mod.live()
@@ -83,12 +82,9 @@ if source == "live":
                "that size and the floor drawn below (computed for independent tokens) is optimistic.")
 
 # ---- run ---------------------------------------------------------------------------------------------
-runs = {}
-bar = st.progress(0.0, text="Simulating…")
-for i, method in enumerate(METHODS):
-    bar.progress(i / len(METHODS), text=f"Simulating {LABELS[method]}…")
-    runs[method] = cached_run(setup, method, params[method], source, layer)
-bar.empty()
+with st.spinner(f"Simulating the five methods over {steps} batches of {m:,} tokens (a few seconds, once per "
+                "setting)…"):
+    runs = cached_runs(setup, float(gamma), float(aux), source, layer)
 table = pd.concat([metrics(runs[mth], setup) for mth in METHODS], ignore_index=True)
 floor = cached_noise_floor(m, k, n)
 
@@ -133,7 +129,7 @@ ui.chart(load_figure(load, setup.target, f"{LABELS[method]}, step {step}: max/me
 
 # ---- the explanation ---------------------------------------------------------------------------------
 st.subheader("Why the sign rule struggles near 1,000 experts, and why QB needs no step size")
-story = cached_sign_story(setup, float(gamma), source, layer)
+story = cached_sign_story(setup, float(gamma), float(aux), source, layer)
 qb_df, sign_df = (table[table["method"] == LABELS[x]] for x in ("qb", "sign"))
 st.markdown(sign_rule_intuition(story, k, steps))
 with st.expander("Why a larger step does not help, and the optimisation view"):
@@ -150,7 +146,7 @@ st.caption("Auxiliary loss, the assumption made here: a Switch-style loss α·n�
 
 # ---- histogram estimator -----------------------------------------------------------------------------
 st.subheader("Exact quantile vs the histogram estimate")
-hc = cached_hist_check(setup, step - 1, source, layer)
+hc = cached_hist_check(setup, float(gamma), float(aux), step - 1, source, layer)
 ui.chart(hist_error_figure(hc.exact, hc.hist, hc.bin_width),
          f"At step {step}, on the histogram method's own batch and bias: the bias each expert needs, from exact "
          f"quantiles (a top-q over all tokens) and from {bins} bins whose counts could be summed across devices "
@@ -161,7 +157,7 @@ ui.chart(hist_error_figure(hc.exact, hc.hist, hc.bin_width),
 
 # ---- output weights ----------------------------------------------------------------------------------
 st.subheader("The bias never changes the output weights")
-wc = cached_weight_check(setup, float(aux), step - 1, source, layer)
+wc = cached_weight_check(setup, float(gamma), float(aux), step - 1, source, layer)
 ui.chart(weights_figure(wc.pairs),
          f"Batch {step}, routed with and without the QB bias. For the experts a token picks both ways, their "
          "weights (renormalised over those experts) are identical: every blue point sits on the zero line. The "
