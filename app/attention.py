@@ -14,7 +14,7 @@ import pandas as pd
 import streamlit as st
 import torch
 
-from app.text import fmt_bytes, fmt_int, fmt_tokens
+from app.text import fmt_bytes, fmt_int
 from model import memory
 from model.attnres import vectors_alive
 from model.config import K3Config

@@ -73,7 +73,7 @@ class Claim:
     number: int
     title: str                      # the project's short name for the claim, not a quotation
     quotes: tuple[Quote, ...]       # what the articles say, verbatim
-    page: str                       # the page that shows it
+    page: str                       # url path of the page that shows it (app.navigation)
     components: tuple[str, ...] = ()
 
     @property
@@ -101,63 +101,63 @@ CLAIMS = (
     Claim(1, "2.8T total, 104B active",
           _q(M, "Kimi K3 achieves 2.8T parameters of representational capacity while executing only 104B "
                 "parameters per token.", "~3.7% Computational Footprint"),
-          "views/overview.py"),
-    Claim(2, "1M-token context", _q(M, "1,048,576 Native Tokens"), "views/attention.py", ("KDA", "Gated MLA")),
+          "overview"),
+    Claim(2, "1M-token context", _q(M, "1,048,576 Native Tokens"), "attention", ("KDA", "Gated MLA")),
     Claim(3, "896 experts, 16 active: sparsity 56x",
           _q(T, "Sparsity Ratio: 56×", "16 of 896 routed experts fire per token") + _q(M, "Top-16 Active + 2 Shared"),
-          "views/routing.py", ("Stable LatentMoE",)),
+          "routing", ("Stable LatentMoE",)),
     Claim(4, "93 layers, 69 KDA + 24 MLA",
           _q(M, "Confirmed 93 total layers structured in a 3:1 ratio (69 KDA linear layers and 24 Gated MLA latent "
                 "attention layers).")
           + _q(T, "Every block: three Kimi Delta Attention (KDA) layers, then one Gated MLA layer — repeated across the "
                   "93-layer backbone, with an extra MLA layer at the very end."),
-          "views/overview.py", ("KDA", "Gated MLA")),
+          "overview", ("KDA", "Gated MLA")),
     Claim(5, "KDA cuts 100% of the KV cache",
           _q(M, "100% Cache Cut", "Replaces KV caching in 69 layers with a fixed-size associative memory matrix"),
-          "views/attention.py", ("KDA",)),
+          "attention", ("KDA",)),
     Claim(6, "MLA cuts 75% of the attention cache",
           _q(M, "75% Cache Cut", "Compresses key/value representations into a low-rank latent vector $c_t^{KV}$ "
                 "across 24 global attention layers, operating without rotary positional encodings (NoPE)."),
-          "views/attention.py", ("Gated MLA",)),
+          "attention", ("Gated MLA",)),
     Claim(7, "Block AttnRes compresses depth 11.6x",
           _q(M, "11.6x Compression", "Groups 93 layers into $N \\approx 8$ summary blocks."),
-          "views/attnres.py", ("Block AttnRes",)),
+          "attnres", ("Block AttnRes",)),
     Claim(8, "The latent halves cross-GPU dispatch",
           _q(M, "50% NVLink Cut", "Projects full 7168-dim activations down to a 3584-dim latent vector before "
                 "All-to-All GPU dispatch, halving cross-node communication overhead."),
-          "views/parallel.py", ("Stable LatentMoE",)),
+          "parallel", ("Stable LatentMoE",)),
     Claim(9, "SiTU-GLU is bounded by 100",
           _q(M, "SiTU-GLU enforces a mathematical soft-cap limit ($|f(z)| \\le 100$), eliminating FP8 activation "
                 "overflows during 2.8T parameter training where standard SwiGLU diverges."),
-          "views/situ.py", ("SiTU-GLU",)),
+          "situ-glu", ("SiTU-GLU",)),
     Claim(10, "112 experts per GPU, any shard",
           _q(T, "896 experts sharded across 8 GPUs (~112 each). A token's top-16 experts can land on any shard — the "
                 "activation hops the datacenter fabric to get there."),
-          "views/parallel.py", ("Stable LatentMoE",)),
+          "parallel", ("Stable LatentMoE",)),
     Claim(11, "Quantile Balancing leaves the output weights alone",
           _q(M, "Kimi K3 utilizes Quantile Balancing, tracking historical selection quantiles to apply expert-specific "
                 "selection biases during ranking while preserving rawrouter logits for output weighting. This "
                 "maintains uniform hardware cluster load without distorting semantic learned weights."),
-          "views/balance.py", ("Quantile Balancing",)),
+          "balance", ("Quantile Balancing",)),
     Claim(12, "Sub-microsecond latency",
           _q(M, "Sub-Microsecond Latency: Dynamic token routing occurs synchronously within layer steps via "
                 "high-speed NVLink interconnects.",
              "executing only 104 billion parameters per token at low sub-microsecond latency."),
-          "views/moa.py"),
+          "moe-vs-moa"),
     Claim(13, "K2's loss with 2.5x less compute",
           _q(T, "Validation Loss Scaling: K2 vs K3", "Figure 7's headline number — 2.5× efficiency gain — bundles KDA, "
                 "Attention Residuals, Stable LatentMoE, and the data recipe together."),
-          "views/model_card.py"),
+          "model-card"),
     Claim(14, "AttnRes: N ≈ 8, Full vs Block, L < 100",
           _q(T, "Attention Residuals traces almost entirely to a same-team, same-year preprint — including the \"N≈8\" "
                 "claim and the Full-vs-Block comparison — and its own stated affordability condition, L < 100, is "
                 "already strained at K3's 93 layers."),
-          "views/attnres.py", ("Block AttnRes",)),
+          "attnres", ("Block AttnRes",)),
     Claim(15, "Mixture of Agents costs more",
           _q(M, "Chart 4: Compares relative active FLOPs per token, total KV-cache memory overhead, and total context "
                 "decoding latency between sparse MoE and an 8-agent dense MoA setup.",
              "Every autonomous agent maintains its own replicated KV-cache for the sequence."),
-          "views/moa.py"),
+          "moe-vs-moa"),
 )
 
 # docs/REFERENCES.md "Evidence confidence by component". High: the lineage was published by another team
@@ -227,6 +227,20 @@ def _plane(df: pd.DataFrame, plane: str, which: int = 0) -> pd.Series:
     return df[df["plane"] == plane].iloc[which]
 
 
+CHECKS: dict = {}             # claim number -> the function that checks it (Context -> Check)
+
+
+def check(number: int):
+    """Register the decorated function as the check of claim `number` (once)."""
+    def register(fn):
+        if number in CHECKS:
+            raise ValueError(f"claim {number} has two checks")
+        CHECKS[number] = fn
+        return fn
+    return register
+
+
+@check(1)
 def check_1(ctx: "Context") -> Check:
     h = {x.label: x for x in headlines(ctx.cfg)}
     tot, act, share = h["Total parameters"], h["Active per token"], h["Active share"]
@@ -242,6 +256,7 @@ def check_1(ctx: "Context") -> Check:
                  {"total": p.total, "active": p.active, "share": p.active_share})
 
 
+@check(2)
 def check_2(ctx: "Context") -> Check:
     cfg = ctx.cfg
     T = cfg.context_length
@@ -259,6 +274,7 @@ def check_2(ctx: "Context") -> Check:
                  {"context": T, "cache_bytes": at_T, "bytes_per_token": per_tok})
 
 
+@check(3)
 def check_3(ctx: "Context") -> Check:
     cfg, live = ctx.cfg, ctx.model.cfg
     chosen = [ctx.out.trace.experts(i)[0] for i in live.moe_layers]                   # [T, k] each
@@ -275,6 +291,7 @@ def check_3(ctx: "Context") -> Check:
                  {"sparsity": cfg.sparsity, "distinct": sorted(distinct)})
 
 
+@check(4)
 def check_4(ctx: "Context") -> Check:
     cfg = ctx.cfg
     mla = [i + 1 for i, t in enumerate(cfg.layer_types) if t == "mla"]
@@ -293,6 +310,7 @@ def check_4(ctx: "Context") -> Check:
                   "live_same_rule": same_rule})
 
 
+@check(5)
 def check_5(ctx: "Context") -> Check:
     cfg = ctx.cfg
     fixed = cfg.n_kda * memory.kda_layer_values(cfg)
@@ -314,6 +332,7 @@ def check_5(ctx: "Context") -> Check:
                  {"per_token": 0, "fixed_values": fixed, "crossover": cross, "live_matches": measured == predicted})
 
 
+@check(6)
 def check_6(ctx: "Context") -> Check:
     planes = _planes()
     latent, layers = _plane(planes, "MLA latent", 0), _plane(planes, "MLA latent", 1)
@@ -329,6 +348,7 @@ def check_6(ctx: "Context") -> Check:
                  {"layer_cut": float(layers["cut"]), "latent_cut": float(latent["cut"])})
 
 
+@check(7)
 def check_7(ctx: "Context") -> Check:
     cfg = ctx.cfg
     planes = _planes()
@@ -352,6 +372,7 @@ def check_7(ctx: "Context") -> Check:
                   "live_links": live_links, "live_links_closed_form": want})
 
 
+@check(8)
 def check_8(ctx: "Context") -> Check:
     planes = _planes()
     copy, token = _plane(planes, "Latent dispatch", 0), _plane(planes, "Latent dispatch", 1)
@@ -379,6 +400,7 @@ def mxfp8_of_large_values(values: np.ndarray) -> dict:
             "unscaled_max": float(unscaled.max())}
 
 
+@check(9)
 def check_9(ctx: "Context") -> Check:
     g = grid2d(1000.0)
     situ, swi = float(np.abs(g["situ"]).max()), float(np.abs(g["swiglu"]).max())
@@ -400,6 +422,7 @@ def check_9(ctx: "Context") -> Check:
                  {"situ_max": situ, "swiglu_max": swi, "mxfp8": mx})
 
 
+@check(10)
 def check_10(ctx: "Context") -> Check:
     cfg, live = ctx.cfg, ctx.model.cfg
     G = 8                                                     # the article's illustration, not K3's deployment
@@ -446,6 +469,7 @@ def qb_weight_check(model: K3Model, out: K3Output) -> dict:
             "changed_share": changed / max(same_sets + changed, 1)}
 
 
+@check(11)
 def check_11(ctx: "Context") -> Check:
     r = qb_weight_check(ctx.model, ctx.out)
     ok = r["max_diff"] < 1e-12 and r["max_raw_diff"] < 1e-12
@@ -460,6 +484,7 @@ def check_11(ctx: "Context") -> Check:
                  r)
 
 
+@check(12)
 def check_12(ctx: "Context") -> Check:
     p, bw = ctx.params, cost.H200.bandwidth
     lower = cost.bandwidth_bound_step(p.active, 4.25, bw)
@@ -476,6 +501,7 @@ def check_12(ctx: "Context") -> Check:
                  {"lower_s": lower, "k3_s": k3, "router_s": router})
 
 
+@check(13)
 def check_13(ctx: "Context") -> Check:
     return Check(CLAIMS[12], "no value: it needs K2 and K3 trained at scale (our live instance is "
                              f"{ctx.model.cfg.d_model} wide, against K3's {ctx.cfg.d_model:,}, and trained on a CPU)",
@@ -484,6 +510,7 @@ def check_13(ctx: "Context") -> Check:
                  "ablation; reproducing it needs both training runs.", {})
 
 
+@check(14)
 def check_14(ctx: "Context") -> Check:
     cfg = ctx.cfg
     a = affordability(cfg)
@@ -515,6 +542,7 @@ def check_14(ctx: "Context") -> Check:
                  parts)
 
 
+@check(15)
 def check_15(ctx: "Context") -> Check:
     s = default_scenario()                               # the MoE vs MoA page's defaults: one function, one rounding
     r = cost.ratios(s)
@@ -535,8 +563,7 @@ def check_15(ctx: "Context") -> Check:
                  {"ratios": r, "lowest": lows})
 
 
-CHECKS = (check_1, check_2, check_3, check_4, check_5, check_6, check_7, check_8, check_9, check_10, check_11,
-          check_12, check_13, check_14, check_15)
+assert sorted(CHECKS) == [c.number for c in CLAIMS], "every claim has exactly one check"
 
 
 @dataclass(frozen=True)
@@ -552,7 +579,7 @@ class Context:
 
 def check_all(model: K3Model, out: K3Output, cfg: K3Config | None = None) -> list[Check]:
     ctx = Context(model, out, cfg or K3Config.full())
-    return [fn(ctx) for fn in CHECKS]
+    return [CHECKS[c.number](ctx) for c in CLAIMS]
 
 
 def evidence_table(checks: list[Check] | None = None) -> pd.DataFrame:

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from app.text import fmt_int, fmt_params
+from app.text import fmt_int
 from model.accounting import count_params, mtp_layer
 from model.config import K3Config
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import streamlit as st
 
 from app import export, state
-from app.text import md_escape
 
 IMAGE_FORMATS = ("png", "svg")
 K_FORMAT, K_PRESENT = "chart_image_format", "presenter_mode"

@@ -154,3 +154,11 @@ def test_evidence_table_and_figures(checks):
     import pandas as pd
     counts = pd.Series([1, 2, 3, 4], index=list(cl.VERDICTS))
     assert len(charts.verdict_figure(counts).data[0].y) == 4
+
+
+def test_every_claim_has_one_registered_check_and_names_a_page_by_its_url_path():
+    from app.navigation import PAGES
+    assert sorted(cl.CHECKS) == [c.number for c in cl.CLAIMS] == list(range(1, 16))
+    assert {c.page for c in cl.CLAIMS} <= {p.url_path for p in PAGES}
+    with pytest.raises(ValueError):
+        cl.check(3)(lambda ctx: None)                      # a second check for a claim is refused

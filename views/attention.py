@@ -42,96 +42,104 @@ ui.chart(cached_figure("stack"),
          key="att_stack")
 
 # ---- live: state vs cache --------------------------------------------------------------------------
-st.subheader("Live: a state that stays the same size beside a cache that grows")
-lv = lv_mod.live()
-lv_mod.banner(lv)
-cfg = lv.model.cfg
-prompt = ui.prompt_input(view)
-if prompt is not None:
-    T = len(prompt.ids)
-    c1, c2, c3 = st.columns(3)
-    kda_layer = view.draw(c1.select_slider, "kda", "KDA layer", KDA_LAYERS)
-    head = view.draw(c2.segmented_control, "head", "KDA head", list(range(cfg.kda_heads)),
-                     format_func=lambda h: f"head {h}")
-    mla_layer = view.draw(c3.select_slider, "mla", "MLA layer", MLA_LAYERS)
-    token = 1 + (ui.token_index(view, prompt.ids, st.select_slider, "Tokens read so far", list(range(T)),
-                                format_func=lambda i: str(i + 1)) if T > 1 else 0)
-    st.caption("Reading: " + " ".join(f"`{token_text(p)}`" if i < token else "·" for i, p in
-                                       enumerate(prompt.pieces[:token + 8])) + (" …" if T > token + 8 else ""))
+@st.fragment
+def live_section() -> None:
+    st.subheader("Live: a state that stays the same size beside a cache that grows")
+    lv = lv_mod.live()
+    lv_mod.banner(lv)
+    cfg = lv.model.cfg
+    prompt = ui.prompt_input(view)
+    if prompt is not None:
+        T = len(prompt.ids)
+        c1, c2, c3 = st.columns(3)
+        kda_layer = view.draw(c1.select_slider, "kda", "KDA layer", KDA_LAYERS)
+        head = view.draw(c2.segmented_control, "head", "KDA head", list(range(cfg.kda_heads)),
+                         format_func=lambda h: f"head {h}")
+        mla_layer = view.draw(c3.select_slider, "mla", "MLA layer", MLA_LAYERS)
+        token = 1 + (ui.token_index(view, prompt.ids, st.select_slider, "Tokens read so far", list(range(T)),
+                                    format_func=lambda i: str(i + 1)) if T > 1 else 0)
+        st.caption("Reading: " + " ".join(f"`{token_text(p)}`" if i < token else "·" for i, p in
+                                           enumerate(prompt.pieces[:token + 8])) + (" …" if T > token + 8 else ""))
 
-    with st.spinner("Running the live model and replaying the KDA layer token by token…"):
-        out = lv_mod.forward(prompt.ids)
-        traj = cached_trajectory(prompt.ids, kda_layer)
-    states = traj.states[:, head]                                        # [T, d_k, d_v]
-    zmax = float(np.abs(states).max()) or 1.0
-    rows = mla_cache_rows(out, mla_layer)
-    left, right = st.columns(2)
-    with left:
-        ui.chart(state_figure(states[token - 1], zmax, f"KDA layer {kda_layer}, head {head}: state after "
-                              f"token {token}"),
-                 f"{cfg.kda_head_dim} x {cfg.kda_head_dim} = {cfg.kda_head_dim ** 2} values after token 1 and after "
-                 f"token {T}: each token decays the rows (forgets) and writes a correction (delta rule). "
-                 "One colour scale for every token, so colours compare across the slider.",
-                 alt="Heatmap of one KDA head's key-by-value state matrix after the chosen token.", key="att_state")
-        kda_numel = out.cache.layers[kda_layer].numel()
-        st.caption(f"Whole layer, measured from its cache object: **{fmt_int(kda_numel)} values** "
-                   f"({cfg.kda_heads} heads x {cfg.kda_head_dim} x {cfg.kda_head_dim} state + "
-                   f"{fmt_int(memory.kda_conv_values(cfg))} conv tail), the same for 1 token or 1M. "
-                   f"Check: the last state of this token-by-token replay equals the state the prefill's "
-                   f"chunked kernel left in the cache (max difference {traj.final_error:.1e}).")
-    with right:
-        ui.chart(cache_figure(rows, token, cfg.kv_lora_rank, list(prompt.pieces),
-                              f"MLA layer {mla_layer}: latent cache after token {token}"),
-                 f"One row of {rows.shape[1]} values per token ({cfg.kv_lora_rank} latent + {cfg.qk_rope_dim} "
-                 f"rope-slice); {token} rows so far, {rows.shape[1] * token} values. At K3 scale a row is "
-                 f"{memory.mla_values_per_token(full)} values.",
-                 alt="Heatmap of an MLA layer's latent cache, one row per token read so far.", key="att_cache")
-        st.caption(f"Measured from the cache object after the whole prompt: **{fmt_int(out.cache.layers[mla_layer].numel())} "
-                   f"values** = {T} tokens x {memory.mla_values_per_token(cfg)}.")
+        with st.spinner("Running the live model and replaying the KDA layer token by token…"):
+            out = lv_mod.forward(prompt.ids)
+            traj = cached_trajectory(prompt.ids, kda_layer)
+        states = traj.states[:, head]                                        # [T, d_k, d_v]
+        zmax = float(np.abs(states).max()) or 1.0
+        rows = mla_cache_rows(out, mla_layer)
+        left, right = st.columns(2)
+        with left:
+            ui.chart(state_figure(states[token - 1], zmax, f"KDA layer {kda_layer}, head {head}: state after "
+                                  f"token {token}"),
+                     f"{cfg.kda_head_dim} x {cfg.kda_head_dim} = {cfg.kda_head_dim ** 2} values after token 1 and after "
+                     f"token {T}: each token decays the rows (forgets) and writes a correction (delta rule). "
+                     "One colour scale for every token, so colours compare across the slider.",
+                     alt="Heatmap of one KDA head's key-by-value state matrix after the chosen token.", key="att_state")
+            kda_numel = out.cache.layers[kda_layer].numel()
+            st.caption(f"Whole layer, measured from its cache object: **{fmt_int(kda_numel)} values** "
+                       f"({cfg.kda_heads} heads x {cfg.kda_head_dim} x {cfg.kda_head_dim} state + "
+                       f"{fmt_int(memory.kda_conv_values(cfg))} conv tail), the same for 1 token or 1M. "
+                       f"Check: the last state of this token-by-token replay equals the state the prefill's "
+                       f"chunked kernel left in the cache (max difference {traj.final_error:.1e}).")
+        with right:
+            ui.chart(cache_figure(rows, token, cfg.kv_lora_rank, list(prompt.pieces),
+                                  f"MLA layer {mla_layer}: latent cache after token {token}"),
+                     f"One row of {rows.shape[1]} values per token ({cfg.kv_lora_rank} latent + {cfg.qk_rope_dim} "
+                     f"rope-slice); {token} rows so far, {rows.shape[1] * token} values. At K3 scale a row is "
+                     f"{memory.mla_values_per_token(full)} values.",
+                     alt="Heatmap of an MLA layer's latent cache, one row per token read so far.", key="att_cache")
+            st.caption(f"Measured from the cache object after the whole prompt: **{fmt_int(out.cache.layers[mla_layer].numel())} "
+                       f"values** = {T} tokens x {memory.mla_values_per_token(cfg)}.")
 
-    st.markdown("**Measured: the live model's caches after the prefill and three decode steps**")
-    with st.spinner("Decoding three tokens with all 93 layers…"):
-        counts, new_ids = cached_decode_counts(prompt.ids)
-    num = lambda label: st.column_config.NumberColumn(label, format="%,d")
-    st.dataframe(counts, hide_index=True, width="stretch",
-                 column_config={"KDA values (measured)": num("KDA measured"),
-                                "KDA values (accounting)": num("KDA accounting"),
-                                "MLA values (measured)": num("MLA measured"),
-                                "MLA values (accounting)": num("MLA accounting"),
-                                "seconds": st.column_config.NumberColumn("step (s)", format="%.2f"),
-                                "matches": st.column_config.CheckboxColumn("equal")})
-    st.caption(f"Every value is `numel()` of the real cache objects (K3Cache), beside the accounting of "
-               f"model/memory.py for that many tokens. The {cfg.n_kda} KDA caches stay at "
-               f"{fmt_int(counts['KDA values (measured)'].iloc[0])} values; the {cfg.n_mla} MLA caches grow by "
-               f"{cfg.n_mla} x {memory.mla_values_per_token(cfg)} = {cfg.n_mla * memory.mla_values_per_token(cfg)} "
-               "values per token. The greedy decode continued the prompt with: "
-               + " ".join(f"`{token_text(p)}`" for p in lv.tokenizer.pieces(new_ids)))
+        st.markdown("**Measured: the live model's caches after the prefill and three decode steps**")
+        with st.spinner("Decoding three tokens with all 93 layers…"):
+            counts, new_ids = cached_decode_counts(prompt.ids)
+        num = lambda label: st.column_config.NumberColumn(label, format="%,d")
+        st.dataframe(counts, hide_index=True, width="stretch",
+                     column_config={"KDA values (measured)": num("KDA measured"),
+                                    "KDA values (accounting)": num("KDA accounting"),
+                                    "MLA values (measured)": num("MLA measured"),
+                                    "MLA values (accounting)": num("MLA accounting"),
+                                    "seconds": st.column_config.NumberColumn("step (s)", format="%.2f"),
+                                    "matches": st.column_config.CheckboxColumn("equal")})
+        st.caption(f"Every value is `numel()` of the real cache objects (K3Cache), beside the accounting of "
+                   f"model/memory.py for that many tokens. The {cfg.n_kda} KDA caches stay at "
+                   f"{fmt_int(counts['KDA values (measured)'].iloc[0])} values; the {cfg.n_mla} MLA caches grow by "
+                   f"{cfg.n_mla} x {memory.mla_values_per_token(cfg)} = {cfg.n_mla * memory.mla_values_per_token(cfg)} "
+                   "values per token. The greedy decode continued the prompt with: "
+                   + " ".join(f"`{token_text(p)}`" for p in lv.tokenizer.pieces(new_ids)))
+
+live_section()
 
 # ---- memory vs context at K3 scale -----------------------------------------------------------------
-st.subheader("Memory vs context length at K3 scale")
-c1, c2 = st.columns(2)
-context = view.draw(c1.select_slider, "ctx", "Context length (tokens)", CONTEXTS, format_func=fmt_tokens)
-batch = view.draw(c2.slider, "batch", "Batch (sequences decoded together)", 1, 256)
-laws = designs(full)
-cross = crossovers(full, batch)
-ui.chart(cached_figure("memory", context, batch),
-         "Cache bytes (bf16) that must stay in memory to decode the next token, computed by the accounting "
-         "that the tests check against the live model's cache objects. The hybrid starts above zero (its "
-         f"{full.n_kda} fixed KDA states) and then grows {full.num_layers / full.n_mla:.1f}x slower than all-MLA (only "
-         f"{full.n_mla} of {full.num_layers} layers cache); it is smaller from "
-         + " and ".join(f"{r.tokens:,.0f} tokens against {r.versus}" for r in cross.itertuples())
-         + ". Batch scales every line alike, so the crossovers do not move.",
-         alt="Log-log chart of decode-cache bytes against context length for K3's hybrid, all-MLA and all-MHA.",
-         key="att_memory")
-for col, (name, law) in zip(st.columns(3), laws.items()):
-    b = law.nbytes(context, batch)
-    col.metric(f"{name} at {fmt_tokens(context)} tokens", fmt_bytes(b),
-               help=f"computed: {batch} x ({fmt_int(law.fixed)} fixed + {fmt_int(law.per_token)} per token x "
-                    f"{fmt_int(context)}) values x 2 bytes")
-    col.caption(f"{b / laws['K3 hybrid'].nbytes(context, batch):,.1f}x the hybrid" if name != "K3 hybrid"
-                else f"{fmt_int(batch * law.fixed)} fixed + {fmt_int(batch * law.per_token * context)} growing values")
-st.caption("Computed from K3's published config (bf16, 2 bytes per value). A KDA state kept in fp32, as some "
-           "implementations do, doubles the fixed part only. Weights and activations are not included.")
+@st.fragment
+def memory_section() -> None:
+    st.subheader("Memory vs context length at K3 scale")
+    c1, c2 = st.columns(2)
+    context = view.draw(c1.select_slider, "ctx", "Context length (tokens)", CONTEXTS, format_func=fmt_tokens)
+    batch = view.draw(c2.slider, "batch", "Batch (sequences decoded together)", 1, 256)
+    laws = designs(full)
+    cross = crossovers(full, batch)
+    ui.chart(cached_figure("memory", context, batch),
+             "Cache bytes (bf16) that must stay in memory to decode the next token, computed by the accounting "
+             "that the tests check against the live model's cache objects. The hybrid starts above zero (its "
+             f"{full.n_kda} fixed KDA states) and then grows {full.num_layers / full.n_mla:.1f}x slower than all-MLA (only "
+             f"{full.n_mla} of {full.num_layers} layers cache); it is smaller from "
+             + " and ".join(f"{r.tokens:,.0f} tokens against {r.versus}" for r in cross.itertuples())
+             + ". Batch scales every line alike, so the crossovers do not move.",
+             alt="Log-log chart of decode-cache bytes against context length for K3's hybrid, all-MLA and all-MHA.",
+             key="att_memory")
+    for col, (name, law) in zip(st.columns(3), laws.items()):
+        b = law.nbytes(context, batch)
+        col.metric(f"{name} at {fmt_tokens(context)} tokens", fmt_bytes(b),
+                   help=f"computed: {batch} x ({fmt_int(law.fixed)} fixed + {fmt_int(law.per_token)} per token x "
+                        f"{fmt_int(context)}) values x 2 bytes")
+        col.caption(f"{b / laws['K3 hybrid'].nbytes(context, batch):,.1f}x the hybrid" if name != "K3 hybrid"
+                    else f"{fmt_int(batch * law.fixed)} fixed + {fmt_int(batch * law.per_token * context)} growing values")
+    st.caption("Computed from K3's published config (bf16, 2 bytes per value). A KDA state kept in fp32, as some "
+               "implementations do, doubles the fixed part only. Weights and activations are not included.")
+
+memory_section()
 
 # ---- the four compression planes -------------------------------------------------------------------
 st.subheader("The four compression planes")

@@ -7,7 +7,7 @@ from app import live as lv_mod
 from app import state, ui
 from app.text import fmt_bytes, token_text
 from app.charts.depth import depth_heatmap, retrieval_figure
-from app.depth import (PAPER, VIEWS, affordability_note, boundary_rows, cached_figure, count_table, depth_matrix,
+from app.depth import (VIEWS, affordability_note, boundary_rows, cached_figure, count_table, depth_matrix,
                        depth_memory, full_forward, growth_note, link_series, retrieval)
 from app.text import fmt_int
 from model.attnres import block_sizes, vectors_alive
@@ -116,48 +116,52 @@ with prompt_box:
         st.caption(f"Token shown: `{token_text(prompt.pieces[token - 1])}` (position {token} of {T}).")
 
 # ---- retrieval -------------------------------------------------------------------------------------
-st.subheader("Can layer 50 retrieve what layer 12 computed?")
-if prompt is None:
-    st.info("Type a prompt above to ask the live model.", icon=":material/edit_note:")
-else:
-    c1, c2, c3 = st.columns([5, 5, 4])
-    reader = view.draw(c1.slider, "reader", "Reading layer", 1, L - 1)
-    source = view.draw(c2.slider, "source", "Earlier layer", 0, L - 2)
-    module = view.draw(c3.segmented_control, "module", "Read", ["attn", "ffn"],
-                       format_func={"attn": "before attention", "ffn": "before FFN"}.get)
-    if source >= reader:
-        st.info(f"Layer {reader} cannot read layer {source}: it runs later. Showing layer {reader - 1}, the last "
-                f"one before it.", icon=":material/info:")
-        source = reader - 1
-    read = f"L{reader}.{module}"
-    profiles = {"Full": retrieval(out_full, read, token - 1), "Block": retrieval(out_block, read, token - 1)}
-    ui.chart(retrieval_figure(profiles, source, reader),
-             f"How much of each earlier layer's output the read before layer {reader}'s "
-             f"{'attention' if module == 'attn' else 'FFN'} mixes in, for token {token}. Full: the softmax weights "
-             "of that layer's two outputs, read with the live model's queries, which were trained for Block sources. "
-             "Block: the weight of the source that holds the layer, times the layer's share of that source. That "
-             "share (its module-output norms over all the norms summed in the source) is this app's own heuristic, "
-             "not something the model computes: a read cannot separate the layers summed in one block. The "
-             "embedding gets the rest.",
-             alt="Line chart of the weight each earlier layer's output receives in one read, Full vs Block.",
-             key="ar_retrieval")
-    f_row = profiles["Full"].set_index("layer").loc[source]
-    b_row = profiles["Block"].set_index("layer").loc[source]
-    c1, c2 = st.columns(2)
-    with c1.container(border=True):
-        st.metric(f"Full: weight of layer {source}'s outputs", f"{f_row['weight']:.4f}",
-                  help="computed: the read's softmax weights of L.attn and L.ffn, summed")
-        st.caption(f"Layer {source} is kept as its own two sources ({f_row['source']}); layer {reader} can "
-                   f"address it directly. Uniform would be {2 / (1 + 2 * reader + (module == 'ffn')):.4f}. The queries "
-                   "are the live model's, trained for Block sources: this shows what those weights do over Full's "
-                   "sources, not what a model trained with Full AttnRes would read.")
-    with c2.container(border=True):
-        st.metric(f"Block: weight reaching layer {source}", f"{b_row['weight']:.4f}",
-                  help="computed: source weight x share")
-        st.caption(f"Layer {source} sits in **{b_row['source']}**, which gets weight {b_row['source weight']:.4f}; "
-                   f"layer {source} is {b_row['share']:.1%} of it by this app's norm-share heuristic (its output "
-                   "norms over all the norms summed there; the model computes no such split). The read cannot separate layer "
-                   f"{source} from the other layers summed in that source.")
+@st.fragment
+def retrieval_section() -> None:
+    st.subheader("Can layer 50 retrieve what layer 12 computed?")
+    if prompt is None:
+        st.info("Type a prompt above to ask the live model.", icon=":material/edit_note:")
+    else:
+        c1, c2, c3 = st.columns([5, 5, 4])
+        reader = view.draw(c1.slider, "reader", "Reading layer", 1, L - 1)
+        source = view.draw(c2.slider, "source", "Earlier layer", 0, L - 2)
+        module = view.draw(c3.segmented_control, "module", "Read", ["attn", "ffn"],
+                           format_func={"attn": "before attention", "ffn": "before FFN"}.get)
+        if source >= reader:
+            st.info(f"Layer {reader} cannot read layer {source}: it runs later. Showing layer {reader - 1}, the last "
+                    f"one before it.", icon=":material/info:")
+            source = reader - 1
+        read = f"L{reader}.{module}"
+        profiles = {"Full": retrieval(out_full, read, token - 1), "Block": retrieval(out_block, read, token - 1)}
+        ui.chart(retrieval_figure(profiles, source, reader),
+                 f"How much of each earlier layer's output the read before layer {reader}'s "
+                 f"{'attention' if module == 'attn' else 'FFN'} mixes in, for token {token}. Full: the softmax weights "
+                 "of that layer's two outputs, read with the live model's queries, which were trained for Block sources. "
+                 "Block: the weight of the source that holds the layer, times the layer's share of that source. That "
+                 "share (its module-output norms over all the norms summed in the source) is this app's own heuristic, "
+                 "not something the model computes: a read cannot separate the layers summed in one block. The "
+                 "embedding gets the rest.",
+                 alt="Line chart of the weight each earlier layer's output receives in one read, Full vs Block.",
+                 key="ar_retrieval")
+        f_row = profiles["Full"].set_index("layer").loc[source]
+        b_row = profiles["Block"].set_index("layer").loc[source]
+        c1, c2 = st.columns(2)
+        with c1.container(border=True):
+            st.metric(f"Full: weight of layer {source}'s outputs", f"{f_row['weight']:.4f}",
+                      help="computed: the read's softmax weights of L.attn and L.ffn, summed")
+            st.caption(f"Layer {source} is kept as its own two sources ({f_row['source']}); layer {reader} can "
+                       f"address it directly. Uniform would be {2 / (1 + 2 * reader + (module == 'ffn')):.4f}. The queries "
+                       "are the live model's, trained for Block sources: this shows what those weights do over Full's "
+                       "sources, not what a model trained with Full AttnRes would read.")
+        with c2.container(border=True):
+            st.metric(f"Block: weight reaching layer {source}", f"{b_row['weight']:.4f}",
+                      help="computed: source weight x share")
+            st.caption(f"Layer {source} sits in **{b_row['source']}**, which gets weight {b_row['source weight']:.4f}; "
+                       f"layer {source} is {b_row['share']:.1%} of it by this app's norm-share heuristic (its output "
+                       "norms over all the norms summed there; the model computes no such split). The read cannot separate layer "
+                       f"{source} from the other layers summed in that source.")
+
+retrieval_section()
 
 # ---- memory ----------------------------------------------------------------------------------------
 st.subheader("Memory kept alive per token: O(L d) vs O(N d)")

@@ -114,65 +114,69 @@ st.caption("Computed by this page's simulation. QB, which sets its bias from one
 st.markdown(goal_note(setup, floor))
 
 # ---- per-expert load at one step ---------------------------------------------------------------------
-st.subheader("Load per expert at one step")
-c1, c2, c3 = st.columns([3, 3, 1])
-step = view.draw(c1.slider, "step", "Step", 1, steps, options=range(1, steps + 1), default=steps) if steps > 1 else 1
-method = view.draw(c2.selectbox, "view", "Method", list(METHODS), format_func=LABELS.get)
-sort = view.draw(c3.toggle, "sort", "Sorted", help="Sort the experts by load.")
-load = runs[method].loads[step - 1]
-row = table[(table["method"] == LABELS[method]) & (table["step"] == step)].iloc[0]
-ui.chart(load_figure(load, setup.target, f"{LABELS[method]}, step {step}: max/mean {row['max/mean']:.2f}, "
-                                         f"{int(row['dead'])} experts empty", sort),
-         f"One bar per expert: tokens routed to it in batch {step}. Blue: at or under the target q = {setup.target:,.1f}; "
-         "orange: over; red: no token at all (a dead expert learns nothing from this batch).",
-         alt="Bar chart of the load of each expert at the chosen step for the chosen method.", key="bal_load")
+@st.fragment
+def step_sections() -> None:
+    st.subheader("Load per expert at one step")
+    c1, c2, c3 = st.columns([3, 3, 1])
+    step = view.draw(c1.slider, "step", "Step", 1, steps, options=range(1, steps + 1), default=steps) if steps > 1 else 1
+    method = view.draw(c2.selectbox, "view", "Method", list(METHODS), format_func=LABELS.get)
+    sort = view.draw(c3.toggle, "sort", "Sorted", help="Sort the experts by load.")
+    load = runs[method].loads[step - 1]
+    row = table[(table["method"] == LABELS[method]) & (table["step"] == step)].iloc[0]
+    ui.chart(load_figure(load, setup.target, f"{LABELS[method]}, step {step}: max/mean {row['max/mean']:.2f}, "
+                                             f"{int(row['dead'])} experts empty", sort),
+             f"One bar per expert: tokens routed to it in batch {step}. Blue: at or under the target q = {setup.target:,.1f}; "
+             "orange: over; red: no token at all (a dead expert learns nothing from this batch).",
+             alt="Bar chart of the load of each expert at the chosen step for the chosen method.", key="bal_load")
 
-# ---- the explanation ---------------------------------------------------------------------------------
-st.subheader("Why the sign rule struggles near 1,000 experts, and why QB needs no step size")
-story = cached_sign_story(setup, float(gamma), float(aux), source, layer)
-qb_df, sign_df = (table[table["method"] == LABELS[x]] for x in ("qb", "sign"))
-st.markdown(sign_rule_intuition(story, k, steps))
-with st.expander("Why a larger step does not help, and the optimisation view"):
-    st.markdown(sign_rule_details(story, k, list(qb_df["max/mean"]), list(sign_df["max/mean"])))
-st.caption("Numbers computed from this run.")
-st.caption("Auxiliary loss, the assumption made here: a Switch-style loss α·n·Σⱼ fⱼ·Pⱼ (fⱼ: share of routed "
-           "slots, Pⱼ: mean normalised score), minimised by plain gradient steps (learning rate 1) on a per-expert "
-           "logit offset of the router, the part of a router-weight update that shifts an expert for every token "
-           "alike. Nothing else pulls on the offsets here: in real training the language-model loss resists them, "
-           "and they change the scores themselves, hence the output weights (see below). With plain gradient steps "
-           f"the push on each expert shrinks like α/n, so one α is {EXPERTS[-1] // 32}× weaker at {EXPERTS[-1]} experts than at 32, and too "
-           "large an α overshoots (try 32 experts with α = 1,000): the coefficient needs tuning per model, "
-           "QB's update has none.")
+    # ---- the explanation ---------------------------------------------------------------------------------
+    st.subheader("Why the sign rule struggles near 1,000 experts, and why QB needs no step size")
+    story = cached_sign_story(setup, float(gamma), float(aux), source, layer)
+    qb_df, sign_df = (table[table["method"] == LABELS[x]] for x in ("qb", "sign"))
+    st.markdown(sign_rule_intuition(story, k, steps))
+    with st.expander("Why a larger step does not help, and the optimisation view"):
+        st.markdown(sign_rule_details(story, k, list(qb_df["max/mean"]), list(sign_df["max/mean"])))
+    st.caption("Numbers computed from this run.")
+    st.caption("Auxiliary loss, the assumption made here: a Switch-style loss α·n·Σⱼ fⱼ·Pⱼ (fⱼ: share of routed "
+               "slots, Pⱼ: mean normalised score), minimised by plain gradient steps (learning rate 1) on a per-expert "
+               "logit offset of the router, the part of a router-weight update that shifts an expert for every token "
+               "alike. Nothing else pulls on the offsets here: in real training the language-model loss resists them, "
+               "and they change the scores themselves, hence the output weights (see below). With plain gradient steps "
+               f"the push on each expert shrinks like α/n, so one α is {EXPERTS[-1] // 32}× weaker at {EXPERTS[-1]} experts than at 32, and too "
+               "large an α overshoots (try 32 experts with α = 1,000): the coefficient needs tuning per model, "
+               "QB's update has none.")
 
-# ---- histogram estimator -----------------------------------------------------------------------------
-st.subheader("Exact quantile vs the histogram estimate")
-hc = cached_hist_check(setup, float(gamma), float(aux), step - 1, source, layer)
-ui.chart(hist_error_figure(hc.exact, hc.hist, hc.bin_width),
-         f"At step {step}, on the histogram method's own batch and bias: the bias each expert needs, from exact "
-         f"quantiles (a top-q over all tokens) and from {bins} bins whose counts could be summed across devices "
-         f"without gathering the scores. Largest error: {hc.max_error_bins:.2f} bin widths (bin width "
-         f"{hc.bin_width:.2e}); the estimator promises at most 1.",
-         alt="Scatter of histogram-estimated against exact per-expert bias, and a histogram of the errors in bin widths.",
-         key="bal_hist")
+    # ---- histogram estimator -----------------------------------------------------------------------------
+    st.subheader("Exact quantile vs the histogram estimate")
+    hc = cached_hist_check(setup, float(gamma), float(aux), step - 1, source, layer)
+    ui.chart(hist_error_figure(hc.exact, hc.hist, hc.bin_width),
+             f"At step {step}, on the histogram method's own batch and bias: the bias each expert needs, from exact "
+             f"quantiles (a top-q over all tokens) and from {bins} bins whose counts could be summed across devices "
+             f"without gathering the scores. Largest error: {hc.max_error_bins:.2f} bin widths (bin width "
+             f"{hc.bin_width:.2e}); the estimator promises at most 1.",
+             alt="Scatter of histogram-estimated against exact per-expert bias, and a histogram of the errors in bin widths.",
+             key="bal_hist")
 
-# ---- output weights ----------------------------------------------------------------------------------
-st.subheader("The bias never changes the output weights")
-wc = cached_weight_check(setup, float(gamma), float(aux), step - 1, source, layer)
-ui.chart(weights_figure(wc.pairs),
-         f"Batch {step}, routed with and without the QB bias. For the experts a token picks both ways, their "
-         "weights (renormalised over those experts) are identical: every blue point sits on the zero line. The "
-         "auxiliary loss instead moves the router's logits, so the same experts get different weights (purple).",
-         alt="Scatter of the change in output weight caused by the bias, for Quantile Balancing and the auxiliary loss.",
-         key="bal_weights")
-checks = pd.DataFrame([
-    {"check": "weights = raw score / sum of raw scores of the chosen experts", "max difference": wc.max_formula_error},
-    {"check": "QB bias on vs off, experts chosen both ways (renormalised)", "max difference": wc.max_diff_qb},
-    {"check": "had the weights used score + bias instead", "max difference": wc.max_diff_if_biased},
-    {"check": "auxiliary-loss offsets on vs off, same comparison", "max difference": wc.max_diff_aux},
-])
-st.dataframe(checks, hide_index=True, width="stretch",
-             column_config={"max difference": st.column_config.NumberColumn(format="%.2e")})
-st.caption(f"Computed on {wc.tokens:,} tokens: the bias changed the chosen set of {wc.changed_sets:,} of them, "
-           f"{wc.compared:,} share at least two experts between the two routings. Differences of order 1e-16 are "
-           "floating-point rounding (the sums run in another order). So the bias decides *which* experts a token "
-           "visits and never *how much* each counts (docs/REFERENCES.md claim 11).")
+    # ---- output weights ----------------------------------------------------------------------------------
+    st.subheader("The bias never changes the output weights")
+    wc = cached_weight_check(setup, float(gamma), float(aux), step - 1, source, layer)
+    ui.chart(weights_figure(wc.pairs),
+             f"Batch {step}, routed with and without the QB bias. For the experts a token picks both ways, their "
+             "weights (renormalised over those experts) are identical: every blue point sits on the zero line. The "
+             "auxiliary loss instead moves the router's logits, so the same experts get different weights (purple).",
+             alt="Scatter of the change in output weight caused by the bias, for Quantile Balancing and the auxiliary loss.",
+             key="bal_weights")
+    checks = pd.DataFrame([
+        {"check": "weights = raw score / sum of raw scores of the chosen experts", "max difference": wc.max_formula_error},
+        {"check": "QB bias on vs off, experts chosen both ways (renormalised)", "max difference": wc.max_diff_qb},
+        {"check": "had the weights used score + bias instead", "max difference": wc.max_diff_if_biased},
+        {"check": "auxiliary-loss offsets on vs off, same comparison", "max difference": wc.max_diff_aux},
+    ])
+    st.dataframe(checks, hide_index=True, width="stretch",
+                 column_config={"max difference": st.column_config.NumberColumn(format="%.2e")})
+    st.caption(f"Computed on {wc.tokens:,} tokens: the bias changed the chosen set of {wc.changed_sets:,} of them, "
+               f"{wc.compared:,} share at least two experts between the two routings. Differences of order 1e-16 are "
+               "floating-point rounding (the sums run in another order). So the bias decides *which* experts a token "
+               "visits and never *how much* each counts (docs/REFERENCES.md claim 11).")
+
+step_sections()

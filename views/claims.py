@@ -39,7 +39,7 @@ ui.page_header(
 )
 lv = lv_mod.live()
 lv_mod.banner(lv)
-pages = {p.path: p for p in PAGES}
+pages = {p.url_path: p for p in PAGES}
 
 with st.spinner("Checking every claim against the accounting, the live model and the cost model…"):
     prompt = lv_mod.PRESETS[lv_mod.DEFAULT_PRESET]

@@ -5,7 +5,6 @@ from app import state, ui
 from app.charts.overview import breakdown_figure, frontier_figure, growth_figure, stack_figure
 from app.overview import (breakdown, frontier_note, frontier_table, growth_caption, headlines, k2_published_note,
                           k2_vs_k3, layer_stack)
-from app.text import fmt_params
 from model.config import K3Config
 
 view = state.page(state.Choice("count", "total", "parameter count", options=("total", "active"),
@@ -40,16 +39,20 @@ ui.chart(stack_figure(stack, len(cfg.attnres_blocks)),
          "earlier depth.",
          alt="Chart of K3's 93 layers: attention type per layer (KDA or MLA), FFN type, and the 8 AttnRes blocks.")
 
-st.subheader("Where the parameters are")
-which = view.draw(st.segmented_control, "count", "Count", ["total", "active"],
-                  format_func={"total": "stored weights", "active": "used per token"}.get)
-bd = breakdown(cfg)
-routed = bd.set_index("component").loc["routed experts"]
-ui.chart(breakdown_figure(bd, which or "total"),
-         f"Routed experts hold {routed['share of total']:.1%} of all weights, but a token touches only {cfg.top_k} of "
-         f"the {cfg.n_routed_experts} in each layer, so they are {routed['share of active']:.1%} of the per-token work. "
-         "The embedding is a table lookup, so it is not counted as active.",
-         alt="Bar chart of K3's parameters by component, as a share of total or active parameters.")
+@st.fragment
+def breakdown_section() -> None:
+    st.subheader("Where the parameters are")
+    which = view.draw(st.segmented_control, "count", "Count", ["total", "active"],
+                      format_func={"total": "stored weights", "active": "used per token"}.get)
+    bd = breakdown(cfg)
+    routed = bd.set_index("component").loc["routed experts"]
+    ui.chart(breakdown_figure(bd, which or "total"),
+             f"Routed experts hold {routed['share of total']:.1%} of all weights, but a token touches only {cfg.top_k} of "
+             f"the {cfg.n_routed_experts} in each layer, so they are {routed['share of active']:.1%} of the per-token work. "
+             "The embedding is a table lookup, so it is not counted as active.",
+             alt="Bar chart of K3's parameters by component, as a share of total or active parameters.")
+
+breakdown_section()
 
 st.subheader("K3 among public mixture-of-experts models")
 frontier = frontier_table()

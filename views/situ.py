@@ -44,45 +44,53 @@ st.caption("g = x W_gate and u = x W_up are the two pre-activations of a GLU fee
            "Computed: every curve below, by the functions the live model runs (model/activations.py).")
 
 # ---- curves ----------------------------------------------------------------------------------------
-st.subheader("The curves")
-c1, c2, c3 = st.columns([2, 2, 1])
-R = view.draw(c1.slider, "range", "Range of g and u: ±", 1, 1000, help="The x axis runs from -R to R.")
-up = view.draw(c2.slider, "up", "Up value u for the output curve", -1000, 1000)
-full = view.draw(c3.toggle, "full", "Full y range", help="Off: the y axis stops just past 448, so SwiGLU leaves the "
-                                                          "chart. On: the whole of SwiGLU's range.")
-df = cached_curves(float(R), float(up))
-cross = swiglu_crossings(float(up), FP8_MAX, -float(R), float(R))
-ui.chart(output_figure(df, up, cross, full),
-         (f"At u = {up}: SiTU-GLU stays within ±{CAP:g} for every g (its up factor is 25·tanh({up}/25) = "
-          f"{25 * math.tanh(up / 25):.2f} here, never more than 25 in size), "
-          "while SwiGLU grows linearly in g. "
-          + (f"SwiGLU crosses {FP8_MAX:g}, E4M3's largest value without a block scale, at g = "
-             f"{', '.join(f'{g:.4g}' for g in cross)} (computed by bisection on the real function)." if cross else
-             "In this range SwiGLU stays under 448 in size: widen the range or raise |u|.")),
-         alt="Line chart of SiTU-GLU and SwiGLU against the gate value at a fixed up value, with lines at ±100 and ±448.",
-         key="situ_out")
-ui.chart(factors_figure(df),
-         "Left: the gate factors. Near 0 they agree (both ≈ g/2 + g²/4); SiTU-GLU's saturates at 4, swish grows "
-         "without bound. The minimum of the SiTU-GLU gate factor is marked (computed on this grid; "
-         "docs/ARCHITECTURE.md section 4). Right: the up factors; SwiGLU passes u through unchanged, "
-         "SiTU-GLU caps it at 25. The y axes stop at three times each bound.",
-         alt="Two line charts: the gate factor of both activations against g, and the up factor against u.",
-         key="situ_factors")
-ui.chart(derivative_figure(df, up),
-         "Derivatives by torch.autograd through the real functions. SiTU-GLU's gradients fade to 0 far from the "
-         "origin (the price of the bound: a saturated unit learns slowly); SwiGLU's stay near 1 (gate) and exactly "
-         "1 (up), so nothing pulls large values back.",
-         alt="Three line charts of derivatives: of each factor and of the output in g at the chosen up value.",
-         key="situ_derivs")
+@st.fragment
+def curves_section() -> None:
+    st.subheader("The curves")
+    c1, c2, c3 = st.columns([2, 2, 1])
+    R = view.draw(c1.slider, "range", "Range of g and u: ±", 1, 1000, help="The x axis runs from -R to R.")
+    up = view.draw(c2.slider, "up", "Up value u for the output curve", -1000, 1000)
+    full = view.draw(c3.toggle, "full", "Full y range", help="Off: the y axis stops just past 448, so SwiGLU leaves the "
+                                                              "chart. On: the whole of SwiGLU's range.")
+    df = cached_curves(float(R), float(up))
+    cross = swiglu_crossings(float(up), FP8_MAX, -float(R), float(R))
+    ui.chart(output_figure(df, up, cross, full),
+             (f"At u = {up}: SiTU-GLU stays within ±{CAP:g} for every g (its up factor is 25·tanh({up}/25) = "
+              f"{25 * math.tanh(up / 25):.2f} here, never more than 25 in size), "
+              "while SwiGLU grows linearly in g. "
+              + (f"SwiGLU crosses {FP8_MAX:g}, E4M3's largest value without a block scale, at g = "
+                 f"{', '.join(f'{g:.4g}' for g in cross)} (computed by bisection on the real function)." if cross else
+                 "In this range SwiGLU stays under 448 in size: widen the range or raise |u|.")),
+             alt="Line chart of SiTU-GLU and SwiGLU against the gate value at a fixed up value, with lines at ±100 and ±448.",
+             key="situ_out")
+    ui.chart(factors_figure(df),
+             "Left: the gate factors. Near 0 they agree (both ≈ g/2 + g²/4); SiTU-GLU's saturates at 4, swish grows "
+             "without bound. The minimum of the SiTU-GLU gate factor is marked (computed on this grid; "
+             "docs/ARCHITECTURE.md section 4). Right: the up factors; SwiGLU passes u through unchanged, "
+             "SiTU-GLU caps it at 25. The y axes stop at three times each bound.",
+             alt="Two line charts: the gate factor of both activations against g, and the up factor against u.",
+             key="situ_factors")
+    ui.chart(derivative_figure(df, up),
+             "Derivatives by torch.autograd through the real functions. SiTU-GLU's gradients fade to 0 far from the "
+             "origin (the price of the bound: a saturated unit learns slowly); SwiGLU's stay near 1 (gate) and exactly "
+             "1 (up), so nothing pulls large values back.",
+             alt="Three line charts of derivatives: of each factor and of the output in g at the chosen up value.",
+             key="situ_derivs")
 
-st.subheader("Both functions over the whole gate × up plane")
-plane = view.draw(st.select_slider, "plane", "Plane range: g and u from − to +", PLANES)
-ui.chart(grid_figure(cached_grid(float(plane))),
-         f"Colour is the value on a signed log scale shared by both panels (g and u in ±{plane}). Dotted: |value| = 100; "
-         "dashed: |value| = 448. SiTU-GLU's plane never reaches the 448 contour and only approaches 100 in the "
-         "corners; SwiGLU's contours are hyperbolas g·u ≈ constant, beyond which it keeps growing.",
-         alt="Two heatmaps of SiTU-GLU and SwiGLU over gate and up values, with contours at 100 and 448.",
-         key="situ_grid")
+curves_section()
+
+@st.fragment
+def plane_section() -> None:
+    st.subheader("Both functions over the whole gate × up plane")
+    plane = view.draw(st.select_slider, "plane", "Plane range: g and u from − to +", PLANES)
+    ui.chart(grid_figure(cached_grid(float(plane))),
+             f"Colour is the value on a signed log scale shared by both panels (g and u in ±{plane}). Dotted: |value| = 100; "
+             "dashed: |value| = 448. SiTU-GLU's plane never reaches the 448 contour and only approaches 100 in the "
+             "corners; SwiGLU's contours are hyperbolas g·u ≈ constant, beyond which it keeps growing.",
+             alt="Two heatmaps of SiTU-GLU and SwiGLU over gate and up values, with contours at 100 and 448.",
+             key="situ_grid")
+
+plane_section()
 
 # ---- live experts ------------------------------------------------------------------------------------
 st.subheader("Live: the experts' activations on your prompt")
@@ -92,49 +100,57 @@ cfg = lv.model.cfg
 prompt = ui.prompt_input(view)
 if prompt is not None:
     moe_layers = cfg.moe_layers
-    c1, c2 = st.columns(2)
-    layer = view.draw(c1.select_slider, "layer", "MoE layer", moe_layers)
-    hscale = view.draw(c2.select_slider, "hscale", "Scale the experts' W_gate and W_up by", HIST_SCALES,
-                       help="1 = the live weights. Larger values stand in for weights that grew in training.")
-    with st.spinner("Running the live model and its experts…"):
-        values = cached_hidden(prompt.ids, layer, float(hscale))
-    summary = histogram_summary(values)
-    n_tok = len(prompt.ids)
-    ui.chart(histogram_figure(values, NAMES),
-             f"Every hidden value of the {cfg.top_k} routed experts of layer {layer} for the {n_tok} tokens "
-             f"({n_tok} × {cfg.top_k} × {cfg.expert_hidden} = {n_tok * cfg.top_k * cfg.expert_hidden:,} values): the live "
-             "model's own gate and up pre-activations, passed through SiTU-GLU (what the model runs) and through "
-             "SwiGLU (the same experts, the activation swapped). At scale 1 the two agree closely: the bound only "
-             f"matters in the tails. Raise the scale and SwiGLU's tail passes {FP8_MAX:g} (E4M3's largest value before "
-             f"MXFP8's block scale) while SiTU-GLU's stops at {CAP:g}.",
-             alt="Overlaid histograms of the experts' hidden activations under SiTU-GLU and SwiGLU.", key="situ_hist")
-    st.dataframe(summary, hide_index=True, width="stretch",
-                 column_config={"max |h|": st.column_config.NumberColumn(format="%.4g")})
-    st.caption("Computed from the live model. The gate and up pre-activations are rebuilt from the recorded "
-               "forward (the layer's FFN input, its latent projection, the routed experts' weights); the tests "
-               "check that they reproduce the layer's recorded output.")
+    @st.fragment
+    def live_experts() -> None:
+        c1, c2 = st.columns(2)
+        layer = view.draw(c1.select_slider, "layer", "MoE layer", moe_layers)
+        hscale = view.draw(c2.select_slider, "hscale", "Scale the experts' W_gate and W_up by", HIST_SCALES,
+                           help="1 = the live weights. Larger values stand in for weights that grew in training.")
+        with st.spinner("Running the live model and its experts…"):
+            values = cached_hidden(prompt.ids, layer, float(hscale))
+        summary = histogram_summary(values)
+        n_tok = len(prompt.ids)
+        ui.chart(histogram_figure(values, NAMES),
+                 f"Every hidden value of the {cfg.top_k} routed experts of layer {layer} for the {n_tok} tokens "
+                 f"({n_tok} × {cfg.top_k} × {cfg.expert_hidden} = {n_tok * cfg.top_k * cfg.expert_hidden:,} values): the live "
+                 "model's own gate and up pre-activations, passed through SiTU-GLU (what the model runs) and through "
+                 "SwiGLU (the same experts, the activation swapped). At scale 1 the two agree closely: the bound only "
+                 f"matters in the tails. Raise the scale and SwiGLU's tail passes {FP8_MAX:g} (E4M3's largest value before "
+                 f"MXFP8's block scale) while SiTU-GLU's stops at {CAP:g}.",
+                 alt="Overlaid histograms of the experts' hidden activations under SiTU-GLU and SwiGLU.", key="situ_hist")
+        st.dataframe(summary, hide_index=True, width="stretch",
+                     column_config={"max |h|": st.column_config.NumberColumn(format="%.4g")})
+        st.caption("Computed from the live model. The gate and up pre-activations are rebuilt from the recorded "
+                   "forward (the layer's FFN input, its latent projection, the routed experts' weights); the tests "
+                   "check that they reproduce the layer's recorded output.")
+
+    live_experts()
 
     # ---- the chain experiment ------------------------------------------------------------------------
-    st.subheader("The chain experiment: why the routed path needed both fixes")
-    c1, c2 = st.columns([3, 2])
-    cscale = view.draw(c1.select_slider, "chain", "Scale the routed path's weights by", CHAIN_SCALES,
-                       help="Multiplies W_down, the experts' W_gate, W_up and W_down, and W_up of every layer.")
-    metric = view.draw(c2.segmented_control, "metric", "Plot", ["max_h", "rms_out"],
-                       format_func={"max_h": "largest |hidden activation|", "rms_out": "RMS of the output"}.get)
-    with st.spinner("Pushing the prompt through 92 routed paths, four ways…"):
-        table = cached_chain(prompt.ids, float(cscale))
-    ui.chart(chain_figure(table, metric),
-             f"The prompt's FFN input to layer {cfg.first_dense_layers} goes through the routed path of every MoE "
-             "layer in turn (router, W_down, the top-16 experts, W_up), each layer's output feeding the next, "
-             f"with the live weights scaled by {cscale:g}. There is no residual stream and no pre-norm here, so "
-             "nothing else can absorb growth. Without the RMSNorm before W_up, SwiGLU roughly squares the size of "
-             "its input at every layer, so it compounds until it overflows. The norm resets the size at every "
-             "layer, which stops the compounding, but one layer with large weights can still pass 448. SiTU-GLU "
-             "never exceeds 100, with or without the norm. K3 uses both.",
-             alt="Log-scale line chart of activation magnitude per layer for four variants of the routed path.",
-             key="situ_chain_fig")
-    st.dataframe(chain_summary(table, len(cfg.moe_layers)), hide_index=True, width="stretch",
-                 column_config={"largest |h| (inf: overflow)": st.column_config.NumberColumn(format="%.3g")})
-    st.caption("Computed in float64 with the live weights. The experiment is a stress test of the routed path "
-               "alone; the K3 report states that the routed path (about four chained matmuls) diverged at scale "
-               "without these two changes, and gives no numbers to compare with (published claim, self-cited).")
+    @st.fragment
+    def chain_section() -> None:
+        st.subheader("The chain experiment: why the routed path needed both fixes")
+        c1, c2 = st.columns([3, 2])
+        cscale = view.draw(c1.select_slider, "chain", "Scale the routed path's weights by", CHAIN_SCALES,
+                           help="Multiplies W_down, the experts' W_gate, W_up and W_down, and W_up of every layer.")
+        metric = view.draw(c2.segmented_control, "metric", "Plot", ["max_h", "rms_out"],
+                           format_func={"max_h": "largest |hidden activation|", "rms_out": "RMS of the output"}.get)
+        with st.spinner("Pushing the prompt through 92 routed paths, four ways…"):
+            table = cached_chain(prompt.ids, float(cscale))
+        ui.chart(chain_figure(table, metric),
+                 f"The prompt's FFN input to layer {cfg.first_dense_layers} goes through the routed path of every MoE "
+                 "layer in turn (router, W_down, the top-16 experts, W_up), each layer's output feeding the next, "
+                 f"with the live weights scaled by {cscale:g}. There is no residual stream and no pre-norm here, so "
+                 "nothing else can absorb growth. Without the RMSNorm before W_up, SwiGLU roughly squares the size of "
+                 "its input at every layer, so it compounds until it overflows. The norm resets the size at every "
+                 "layer, which stops the compounding, but one layer with large weights can still pass 448. SiTU-GLU "
+                 "never exceeds 100, with or without the norm. K3 uses both.",
+                 alt="Log-scale line chart of activation magnitude per layer for four variants of the routed path.",
+                 key="situ_chain_fig")
+        st.dataframe(chain_summary(table, len(cfg.moe_layers)), hide_index=True, width="stretch",
+                     column_config={"largest |h| (inf: overflow)": st.column_config.NumberColumn(format="%.3g")})
+        st.caption("Computed in float64 with the live weights. The experiment is a stress test of the routed path "
+                   "alone; the K3 report states that the routed path (about four chained matmuls) diverged at scale "
+                   "without these two changes, and gives no numbers to compare with (published claim, self-cited).")
+
+    chain_section()

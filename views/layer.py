@@ -1,0 +1,127 @@
+"""Inside one layer: one token followed down one K3 layer, step by step, every equation filled in with the live
+model's numbers and every shape beside K3's.
+
+The prompt is drawn by a full run; the token, the layer and the walk below them are one fragment, so
+choosing another token or layer reruns only the walk."""
+import streamlit as st
+
+from app import layer as ly
+from app import state, ui
+from app.charts.layer import step_figure
+from app.live import banner, forward, live
+from app.routing import chip_labels
+
+lv = live()
+cfg = lv.model.cfg
+full = ly.FULL
+LAST = cfg.num_layers - 1
+DEFAULT_LAYER = 5
+KINDS = {"kda": "Kimi Delta Attention", "mla": "gated MLA"}
+ui.page_header(
+    "Inside one layer",
+    f"Follow one token down one of K3's **{full.num_layers} layers**: a read over depth, attention "
+    f"(Kimi Delta Attention or gated MLA), a second read, and the FFN ({full.top_k} of {full.n_routed_experts} "
+    f"experts plus {full.n_shared_experts} shared), each step with its equation filled in with this token's "
+    "numbers from the live model.",
+    f"compare layer {DEFAULT_LAYER} (Kimi Delta Attention) with layer 7 (gated MLA), then click an earlier token "
+    "and see which router scores the loss would raise.",
+)
+view = state.page(*ui.PROMPT, ui.TOKEN, state.Int("layer", DEFAULT_LAYER, "layer", lo=0, hi=LAST))
+banner(lv)
+prompt = ui.prompt_input(view)
+if prompt is None:
+    st.stop()
+pieces = list(prompt.pieces)
+
+
+def step_layer(delta: int) -> None:
+    view.set("layer", min(max(view["layer"] + delta, 0), LAST))
+
+
+def pick_token(t: int) -> None:
+    view.set("token", t)
+
+
+def shapes_table(shapes) -> str:
+    rows = ["| tensor | live model | K3 | K3's value is |", "|---|---|---|---|"]
+    rows += [f"| {s.name} | {s.here} | {s.k3} | {s.how} |" for s in shapes]
+    return "\n".join(rows)
+
+
+def latex(expr: str) -> None:
+    st.latex(r"\begin{gathered}" + expr + r"\end{gathered}")       # `\\` in a step's LaTeX breaks the line
+
+
+def draw(step: ly.Step, n: int) -> None:
+    with st.container(border=True):
+        st.markdown(f"**{n}. {step.title}**")
+        left, right = st.columns([3, 2], gap="medium")
+        with left:
+            ui.chart(step_figure(step.key, step.data, pieces), step.caption, alt=f"Step {n}: {step.title}",
+                     key=f"layer_{step.part}_{step.key}")
+        with right:
+            st.markdown(step.text)
+            st.markdown(shapes_table(step.shapes))
+        eq, filled = st.columns(2, gap="medium")
+        with eq:
+            st.caption(f"The equation ({step.cite}):")
+            latex(step.equation)
+        with filled:
+            st.caption("With this token's numbers (computed):")
+            latex(step.filled)
+
+
+@st.fragment
+def inside() -> None:
+    T = len(prompt.ids)
+    chips = chip_labels(pieces)
+    token = ui.token_index(view, prompt.ids, st.pills, "Token: click one to follow it down the layer",
+                           list(range(T)), format_func=chips.__getitem__,
+                           help="␣ is a space, ↵ a line break; a token can be part of a word.")
+    c_layer, c_prev, c_next = st.columns([8, 1, 1], vertical_alignment="bottom")
+    with c_layer:
+        layer = view.draw(st.slider, "layer", "Layer", 0, LAST,
+                          help="0-based, as in the code: MLA at 3, 7, 11, … 91 and 92; layer 0's FFN is dense")
+    c_prev.button("Back", icon=":material/chevron_left:", key="layer_prev", on_click=step_layer, args=(-1,),
+                  width="stretch", disabled=layer == 0, help="previous layer")
+    c_next.button("Next", icon=":material/chevron_right:", key="layer_next", on_click=step_layer, args=(1,),
+                  width="stretch", disabled=layer == LAST, help="next layer")
+    n, first, last = ly.block_of(layer, cfg)
+    kind = cfg.layer_types[layer]
+    ffn = f"dense SiTU-GLU FFN (hidden {cfg.dense_hidden})" if not cfg.is_moe(layer) else "Stable LatentMoE"
+    st.markdown(f"**Layer {layer}** (position {layer + 1} of {cfg.num_layers}): {KINDS[kind]}, then {ffn}; AttnRes "
+                f"block {n} (layers {first}–{last}). K3's layer {layer} is the same kind: the live instance keeps "
+                f"K3's schedule and shrinks only the widths (d = {cfg.d_model} here, {full.d_model:,} in K3).")
+    st.caption("Labels: **computed** numbers come from the live tiny model's forward on this prompt; K3's shapes "
+               "are **published** in its config, or **derived** from published values as the table says.")
+
+    with st.spinner(f"Reading layer {layer} from the live model's trace…"):
+        forward(prompt.ids)
+        data = ly.cached_layer(prompt.ids, layer)
+    steps = ly.walk(data, token, cfg, pieces)
+    part = None
+    for i, step in enumerate(steps, 1):
+        if step.part != part:
+            part = step.part
+            st.subheader(ly.PART_TITLES[part])
+        draw(step, i)
+
+    st.subheader(ly.PART_TITLES["learn"])
+    if not data.moe:
+        st.info(f"Layer 0 has no router: its FFN is dense, so there is nothing to learn about routing here. Pick a "
+                f"layer from 1 to {LAST}.", icon=":material/info:")
+    elif T < 2:
+        st.info("The next-token loss needs at least two tokens: type a longer prompt.", icon=":material/info:")
+    else:
+        with st.spinner("Backpropagating the prompt's next-token loss through the live model (once per prompt)…"):
+            loss, grads = ly.cached_gradients(prompt.ids)
+        step = ly.gradient_step(data, token, loss, grads[layer], cfg)
+        if token == T - 1:
+            st.info(step.text, icon=":material/info:")
+            st.button(f"Follow token {T - 2} (“{chips[T - 2]}”) instead", key="layer_earlier",
+                      on_click=pick_token, args=(T - 2,), icon=":material/undo:", type="primary")
+        else:
+            draw(step, len(steps) + 1)
+
+
+inside()
