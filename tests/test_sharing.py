@@ -64,3 +64,13 @@ def test_tour_footer_leads_to_the_next_stop():
     labels = [p.proto.label for p in at.get("page_link")]
     assert any(next_stop(stop.url_path).title in label and "guided tour" in label for label in labels)
     assert any("Why it matters" in c.value for c in at.caption)
+
+
+def test_the_link_box_script_survives_the_html_sanitiser():
+    # DOMPurify (Streamlit's st.html) drops a <script> whose text holds "<" before a letter or "/": the box
+    # then stayed empty. The script builds such strings from a character code instead.
+    import re
+    from app.ui import SHARE_HTML
+    script = SHARE_HTML.split("<script>", 1)[1].rsplit("</script>", 1)[0]
+    assert not re.search(r"<[/\w]", script)
+    assert "location.href" in script and "k3-share-link" in script
