@@ -320,6 +320,13 @@ class Input:
     server_ms: list = field(default_factory=list)
 
 
+def page_url(spec) -> str:
+    """The address of a page: the default (first) page lives at the root; its url path there would be a
+    "Page not found" (Streamlit serves the default page at / only)."""
+    from app.navigation import PAGES
+    return "" if spec.url_path == PAGES[0].url_path else spec.url_path
+
+
 def _int(params: dict, name: str, default: int | None = None) -> int | None:
     v = params.get(name)
     try:
@@ -611,7 +618,7 @@ def run_reloads(browser, base: str, pages, n: int, warmup: int, timeout_ms: floa
     """Warm reloads: ({url path: [ms]}, {url path: why it failed}); the floor app's reloads are under the
     key FLOOR_RELOAD (a reference). A failing page is recorded and the next one is measured."""
     out, errors = {}, {}
-    targets = ([(FLOOR_RELOAD, floor_base)] if floor_base else []) + [(s.url_path, base + s.url_path) for s in pages]
+    targets = ([(FLOOR_RELOAD, floor_base)] if floor_base else []) + [(s.url_path, base + page_url(s)) for s in pages]
     for path, url in targets:
         shown = path if path == FLOOR_RELOAD else "/" + path
         ctx, page = new_page(browser)
@@ -649,7 +656,7 @@ def run_first_visits(browser, app_dir: Path, pages, timeout_ms: float, log):
             for spec in pages:
                 try:
                     t0 = time.time() * 1000
-                    page.goto(server.base + spec.url_path, wait_until="commit", timeout=timeout_ms)
+                    page.goto(server.base + page_url(spec), wait_until="commit", timeout=timeout_ms)
                     end = settle_navigation(page, timeout_ms)
                     check_no_exception(page, f"/{spec.url_path} (first visit)")
                     out[spec.url_path] = end - t0
