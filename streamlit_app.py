@@ -18,7 +18,7 @@ for spec in PAGES:
     sections.setdefault(spec.section, []).append(
         st.Page(spec.path, title=spec.title, icon=spec.icon, url_path=spec.url_path,
                 default=spec is PAGES[0]))
-page = st.navigation(sections, position="hidden" if embedded else "sidebar")
+page = st.navigation(sections, position="hidden" if embedded else "sidebar", expanded=True)   # all pages listed
 here = next((p.url_path for p in PAGES if p.title == page.title), "")
 ss[ui.K_PAGE] = here
 
