@@ -64,6 +64,8 @@ from typing import Callable
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+from bench.load_test import pct  # noqa: E402  (one definition of the percentile)
+from deploy.launcher import stop_process  # noqa: E402
 from tests.conftest import CHROMIUM_FLAGS, IDLE, chromium_path, free_port  # noqa: E402  (one definition each)
 
 FLOOR_APP = Path(__file__).resolve().parent / "floor_app.py"
@@ -194,13 +196,7 @@ class Server:
         return Path(self.log.name).read_text(errors="replace")[-n:]
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=15)
+        stop_process(self.proc)
         self.log.close()
         os.unlink(self.log.name)
 
@@ -672,17 +668,6 @@ def run_first_visits(browser, app_dir: Path, pages, timeout_ms: float, log):
 
 
 # ---- statistics and the report ---------------------------------------------------------------------
-
-def pct(values, q: float) -> float:
-    """Percentile by linear interpolation between closest ranks (q in 0..100)."""
-    v = sorted(values)
-    if not v:
-        return float("nan")
-    pos = (len(v) - 1) * q / 100
-    lo = int(pos)
-    hi = min(lo + 1, len(v) - 1)
-    return v[lo] + (v[hi] - v[lo]) * (pos - lo)
-
 
 def make_row(name: str, group: str, samples: list, ref: float | None, ref_name: str | None,
              ratio_goal: float | None, abs_goal_ms: float | None, tail: bool, server_ms=None) -> dict:

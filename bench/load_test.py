@@ -46,6 +46,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from app.navigation import PAGES  # noqa: E402
+from deploy.launcher import stop_process, tree_rss  # noqa: E402
 from tests.conftest import chromium_path, free_port  # noqa: E402  (one definition of each)
 
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -106,48 +107,6 @@ GRID_TITLE_JS = """() => {
 
 # ---- the server and its memory ---------------------------------------------------------------------
 
-def tree_rss(pid: int) -> int:
-    """Resident memory in bytes of a process and all its descendants (psutil if present, else /proc)."""
-    try:
-        import psutil
-        try:
-            p = psutil.Process(pid)
-            procs = [p] + p.children(recursive=True)
-            total = 0
-            for q in procs:
-                try:
-                    total += q.memory_info().rss
-                except psutil.Error:
-                    pass
-            return total
-        except psutil.Error:
-            return 0
-    except ImportError:
-        pass
-    children: dict[int, list[int]] = {}
-    for d in os.listdir("/proc"):
-        if d.isdigit():
-            try:
-                with open(f"/proc/{d}/stat") as f:
-                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-                children.setdefault(ppid, []).append(int(d))
-            except (OSError, IndexError, ValueError):
-                pass
-    total, todo = 0, [pid]
-    while todo:
-        p = todo.pop()
-        todo.extend(children.get(p, []))
-        try:
-            with open(f"/proc/{p}/status") as f:
-                for line in f:
-                    if line.startswith("VmRSS:"):
-                        total += int(line.split()[1]) * 1024
-                        break
-        except OSError:
-            pass
-    return total
-
-
 class MemorySampler(threading.Thread):
     def __init__(self, pid: int, every: float = 0.5):
         super().__init__(daemon=True)
@@ -197,12 +156,7 @@ class Server:
         return Path(self.log.name).read_text(errors="replace")[-n:]
 
     def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(timeout=15)
+        stop_process(self.proc)
         self.log.close()
         os.unlink(self.log.name)
 

@@ -1,0 +1,6 @@
+"""python -m deploy: N Streamlit replicas behind a private nginx (see deploy/launcher.py and deploy/README.md)."""
+import sys
+
+from deploy.launcher import main
+
+sys.exit(main())
