@@ -253,7 +253,7 @@ def explorer(prompt) -> None:
 
     st.subheader(f"The routing fingerprint of “{rt.chip_label(piece)}”")
     layers, probs, mask = rt.fingerprint(run, token)
-    ui.chart(fingerprint_figure(layers, probs, mask, layer if layer else None),
+    ui.chart(fingerprint_figure(layers, probs, mask),
              f"Each row is one of the {len(layers)} mixture-of-experts layers, each column one of the {E} experts; "
              "colour is the router's probability, small squares mark the experts the token used (your re-routing "
              "included). The pattern changes from layer to layer: each layer has its own router and its own experts.",

@@ -155,31 +155,29 @@ def predictions_figure(before: pd.DataFrame, after: pd.DataFrame, labels_before:
     return go.Figure(dict(data=data, layout=layout))
 
 
-def fingerprint_figure(layers: list[int], probs: np.ndarray, mask: np.ndarray, layer: int | None = None) -> go.Figure:
+def fingerprint_figure(layers: list[int], probs: np.ndarray, mask: np.ndarray) -> go.Figure:
     """Router probability of one token for every expert (columns) in every MoE layer (rows), the chosen
     experts marked. Probability is drawn as grey over the page's own background (so it reads in light
-    and dark themes) and sent as whole percents (uint8) to keep the page light."""
+    and dark themes) and sent as whole percents (uint8) to keep the page light. The chosen experts are a
+    second heatmap (one colour, gaps elsewhere), not 1,472 scatter markers: a heatmap is one image, so the
+    browser redraws it at once (the markers were ~25,000 DOM changes per redraw). It does not depend on the
+    layer being viewed, so moving through layers leaves it as it is."""
     E = probs.shape[1]
     pct = np.rint(np.clip(probs, 0, 1) * 100).astype(np.uint8)
-    ly, ex = np.nonzero(mask)
-    data = [dict(type="heatmap", z=pct, x=np.arange(E), y=np.asarray(layers), zmin=0, zmax=100,
+    chosen = np.where(mask, 1.0, np.nan)
+    y = np.asarray(layers)
+    data = [dict(type="heatmap", z=pct, x=np.arange(E), y=y, zmin=0, zmax=100,
                  name="router probability", colorscale=[[0, "rgba(128,128,128,0)"], [1, "rgba(128,128,128,0.9)"]],
                  colorbar=dict(title=dict(text="router<br>probability %", side="top"), thickness=10, len=0.7),
                  hovertemplate="layer %{y}, expert %{x}<br>router probability %{z}%<extra></extra>"),
-            dict(type="scatter", x=ex, y=np.asarray(layers)[ly], mode="markers", name="chosen by the token",
-                 marker=dict(symbol="square", size=5, color=CHOSEN, line=dict(width=0)),
-                 hovertemplate="layer %{y}: chose expert %{x}<extra></extra>")]
-    shapes, annotations = [], []
-    if layer is not None and layer in layers:
-        shapes.append(dict(type="line", xref="paper", x0=0, x1=1, y0=layer, y1=layer,
-                           line=dict(color=SELECTED, width=1.5, dash="dot")))
-        annotations.append(dict(xref="paper", x=0, y=layer, text=f"layer {layer}", showarrow=False,
-                                xanchor="left", yanchor="bottom"))
+            dict(type="heatmap", z=chosen, x=np.arange(E), y=y, zmin=0, zmax=1, showscale=False,
+                 name="chosen by the token", showlegend=True, hoverinfo="skip",
+                 colorscale=[[0, CHOSEN], [1, CHOSEN]])]
     size = E // N_SHARDS
     layout = dict(
         xaxis=dict(title=dict(text="expert (ticks at the 8 shard boundaries)"), tickvals=list(range(0, E + 1, size)),
                    range=[-0.5, E - 0.5], showgrid=False, zeroline=False),
         yaxis=dict(title=dict(text="layer"), autorange="reversed", showgrid=False, zeroline=False),
-        height=460, margin=dict(l=10, r=10, t=10, b=10), showlegend=True, shapes=shapes, annotations=annotations,
+        height=460, margin=dict(l=10, r=10, t=10, b=10), showlegend=True,
         legend=dict(orientation="h", y=-0.16, x=0), meta={"chart": "routing_fingerprint"})
     return go.Figure(dict(data=data, layout=layout))
