@@ -268,6 +268,17 @@ def expert_on_prompt(out: K3Output, layer: int, expert: int, pieces: list[str], 
                          "router probability": prob[order], "chose it": chosen[order]})
 
 
+def as_table(df: pd.DataFrame) -> pd.DataFrame:
+    """A small table for st.table (plain HTML, which the browser redraws far faster than st.dataframe's
+    grid): probabilities to 3 decimals, yes/no marks, the index hidden."""
+    out = df.copy()
+    if "router probability" in out:
+        out["router probability"] = [f"{p:.3f}" for p in out["router probability"]]
+    if "chose it" in out:
+        out["chose it"] = ["✓" if c else "–" for c in out["chose it"]]
+    return out.set_index(out.columns[0])
+
+
 # ---- the held-out sample --------------------------------------------------------------------------
 
 @dataclass(frozen=True)

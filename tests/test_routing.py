@@ -255,3 +255,12 @@ def test_chip_labels_are_distinct_even_when_pieces_repeat():
     assert len(set(labels)) == len(labels)
     assert [lab.replace("\u200b", "") for lab in labels] == [rt.chip_label(p) for p in pieces]
     assert labels[0] == rt.chip_label("a")              # a first occurrence is unchanged
+
+
+def test_expert_tables_are_plain_and_formatted():
+    import pandas as pd
+    df = pd.DataFrame({"position": [3, 1], "token": ["a", "b"], "router probability": [0.12345, 0.5],
+                       "chose it": [True, False]})
+    t = rt.as_table(df)
+    assert list(t.index) == [3, 1] and list(t["router probability"]) == ["0.123", "0.500"]
+    assert list(t["chose it"]) == ["✓", "–"]

@@ -240,11 +240,9 @@ def explorer(prompt) -> None:
         b3.button(f"Restore {expert}", key="routing_restore", on_click=restore, args=(expert,),
                   disabled=expert not in settings.knocked_out + settings.forced, icon=":material/undo:")
         t1, t2 = st.columns(2, gap="medium")
-        prob_col = st.column_config.ProgressColumn("router probability", format="%.3f", min_value=0, max_value=1)
         with t1:
             st.markdown("**Tokens of the prompt that score it highest**")
-            st.dataframe(rt.expert_on_prompt(run, layer, expert, list(prompt.pieces)), hide_index=True,
-                         width="stretch", column_config={"router probability": prob_col})
+            st.table(rt.as_table(rt.expert_on_prompt(run, layer, expert, list(prompt.pieces))), border="horizontal")
         held_slot = t2.empty()                       # filled last, so the rest of the page is not kept waiting
         held_slot.caption("Routing the held-out sample…")
         st.caption("Held-out text: a 3 KB sample of the validation split (Python docstrings, a manual page, source "
@@ -267,8 +265,7 @@ def explorer(prompt) -> None:
             i = held.layers.index(layer)
             st.markdown(f"**Held-out text that scores it highest** (chosen by {held.chosen_count[i, expert]} of "
                         f"{len(held.ids)} tokens here)")
-            st.dataframe(rt.expert_on_heldout(held, layer, expert, lv.tokenizer.pieces), hide_index=True,
-                         width="stretch", column_config={"router probability": prob_col})
+            st.table(rt.as_table(rt.expert_on_heldout(held, layer, expert, lv.tokenizer.pieces)), border="horizontal")
 
     if view["play"]:
         time.sleep(1.0)
