@@ -88,7 +88,7 @@ TERMS: tuple[Term, ...] = (
          "many routed experts; one always-on path holds it once and leaves the routed experts free to specialise "
          "(the motivation DeepSeekMoE, arXiv 2401.06066, gave; DeepSeek-V3, Kimi K2 and K3 follow it). "
          f"Together K3's act as one MLP of hidden width {_K3.n_shared_experts * _K3.shared_hidden:,}.",
-         "routing"),
+         "layer"),
     Term("Router", "router",
          f"The linear layer and sigmoid that score every routed expert for a token: {_K3.n_routed_experts} scores "
          f"in K3, computed in fp32 from the full-width token. The {_K3.top_k} highest scores after adding the "
@@ -132,6 +132,13 @@ TERMS: tuple[Term, ...] = (
          f"{_K3.expert_width:,} = {_K3.top_k * _K3.expert_width:,} values, the same as K2's {_K2.top_k} × "
          f"{_K2.expert_width:,}. The router and the shared experts still read the full-width token.",
          "parallel"),
+    Term("Layer (of K3)", "layer",
+         f"One of K3's {_K3.num_layers} layers: a read over depth (AttnRes), RMSNorm, attention (Kimi Delta "
+         f"Attention in {_K3.n_kda} layers, gated MLA in {_K3.n_mla}), a second read, RMSNorm, and a feed-forward "
+         "network: dense in layer 0, Stable LatentMoE in every later layer.",
+         "There is no h + f(h): both module outputs are added to the running sum of the layer's AttnRes block, "
+         "which later reads weigh as one source. The Inside-one-layer page follows one token through every step.",
+         "layer"),
     Term("RMSNorm", "rmsnorm",
          "Root-mean-square normalisation: divide a vector by the root of the mean of its squared entries (plus "
          f"a small epsilon, 1e{round(math.log10(_K3.norm_eps))} in K3) and multiply by a learned gain per channel.",
@@ -188,7 +195,7 @@ TERMS: tuple[Term, ...] = (
          "It lets each token turn attention channels down, for instance when nothing earlier in the text is worth "
          "reading, instead of always adding the softmax-weighted mix. Kimi K2's MLA has no such gate. Because the "
          "gate sits between the value and output projections, they cannot be folded into one matrix.",
-         "attention"),
+         "layer"),
     Term("KV cache / latent cache", "kv-cache",
          "The keys and values of past tokens that a softmax-attention layer keeps so it need not recompute them "
          f"while generating; it grows by one entry per token. MLA's latent cache stores only the {_MLA_TOK}-value "

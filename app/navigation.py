@@ -15,6 +15,7 @@ class PageSpec:
 
 PAGES = (
     PageSpec("views/overview.py", "Overview", ":material/hub:", "overview", "Start here"),
+    PageSpec("views/layer.py", "Inside one layer", ":material/layers:", "layer", "Start here"),
     PageSpec("views/routing.py", "Routing explorer", ":material/grid_view:", "routing", "Routing"),
     PageSpec("views/attention.py", "Hybrid attention & memory", ":material/memory:", "attention", "Attention"),
     PageSpec("views/attnres.py", "Attention Residuals", ":material/stacks:", "attnres", "Attention"),

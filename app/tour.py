@@ -1,7 +1,7 @@
 """The guided tour: a recommended order through the pages and, per page, why its mechanism matters.
 
 The order is a teaching order, not the sidebar's: after the overview it follows one token through
-K3's mixture of experts (routing, then balancing the experts' load, then placing the experts on
+K3's mixture of experts (routing, then the whole layer around it step by step, then balancing the experts' load, then placing the experts on
 devices, then what runs inside an expert and how its weights are stored), then the attention half of
 each layer, then how the layers connect, and ends with the comparisons, the claims and the live
 model's card. Facts follow docs/ARCHITECTURE.md and docs/REFERENCES.md (K3 report, arXiv 2607.24653);
@@ -42,6 +42,10 @@ _ORDER = (
      f"The router is where a sparse model decides how each token is computed: picking {_K3.top_k} of "
      f"{_K3.n_routed_experts} experts in each of {len(_K3.moe_layers)} MoE layers is what leaves most of the "
      f"{_P.total / 1e12:.2f}T parameters idle for that token, and a different pick changes every later layer."),
+    ("layer",
+     "K3's mechanisms depend on each other: every module reads a depth-weighted mix of what earlier modules "
+     f"wrote, and the router learns only through the weights it gives the {_K3.top_k} experts it picked. Following "
+     "one token through a whole layer shows what each step hands the next."),
     ("balance",
      "Experts live on different devices, so if the router favours a few of them those devices set the pace "
      "while the rest wait. Quantile Balancing evens the load with a bias that changes only which experts are "

@@ -37,3 +37,10 @@ class GLUFFN(nn.Module):
     def forward(self, x: torch.Tensor, activation: str | None = None) -> torch.Tensor:
         act = ACTIVATIONS[activation or self.activation]
         return self.w_down(act(self.w_gate(x), self.w_up(x)))
+
+    def parts(self, x: torch.Tensor, activation: str | None = None) -> dict[str, torch.Tensor]:
+        """g = x W_gate, u = x W_up, the hidden act(g, u) and the output, by name (`out` = forward(x))."""
+        act = ACTIVATIONS[activation or self.activation]
+        g, u = self.w_gate(x), self.w_up(x)
+        h = act(g, u)
+        return {"gate": g, "up": u, "hidden": h, "out": self.w_down(h)}

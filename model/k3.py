@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from model.activations import ACTIVATIONS, GLUFFN
@@ -72,6 +73,12 @@ class Trace:
     outputs: dict[tuple[int, str], torch.Tensor] = field(default_factory=dict)  # (layer, module) -> [B,T,d]
     depth: DepthState | None = None
     snapshots: dict[int, DepthState] = field(default_factory=dict)  # layer -> residual state entering it
+    # Each AttnRes read before a module: its sources (raw values, sealed first, partial last) with their
+    # labels, and its output h before the module's RMSNorm; and the partial block sum after each module's
+    # output was added (block mode), so a page can show the residual stream without replaying it.
+    sources: dict[tuple[int, str], tuple[list[torch.Tensor], list[str]]] = field(default_factory=dict)
+    mixes: dict[tuple[int, str], torch.Tensor] = field(default_factory=dict)       # [B, T, d]
+    partials: dict[tuple[int, str], torch.Tensor] = field(default_factory=dict)    # [B, T, d]
 
     def _route(self, layer: int) -> RouteInfo:
         if layer not in self.routes:
@@ -100,6 +107,22 @@ class Trace:
             raise KeyError(f"no recorded input for layer {layer} {module} (the forward ran with "
                            f"record=False, or the model has no layer {layer})")
         return self.inputs[(layer, module)]
+
+    def read(self, layer: int, module: str) -> tuple[list[torch.Tensor], list[str], torch.Tensor, torch.Tensor]:
+        """The AttnRes read before `module` of `layer`: (sources, their labels, weights [B, T, S], the
+        mixed h [B, T, d] before RMSNorm). module_input(layer, module) is RMSNorm(h) with the module's gain."""
+        if (layer, module) not in self.sources:
+            raise KeyError(f"no recorded read before layer {layer} {module}")
+        srcs, names = self.sources[(layer, module)]
+        label = f"L{layer}.{module}"
+        weights = next(a for lab, a, _ in self.reads if lab == label)
+        return srcs, names, weights, self.mixes[(layer, module)]
+
+    def partial_after(self, layer: int, module: str) -> torch.Tensor:
+        """The running sum of the open AttnRes block after `module`'s output of `layer` was added."""
+        if self.partials.get((layer, module)) is None:
+            raise KeyError(f"no recorded partial sum after layer {layer} {module} (block mode records it)")
+        return self.partials[(layer, module)]
 
     def activation_stats(self) -> list[dict]:
         """Per layer and module: RMS and max |x| of the module's output over every token."""
@@ -161,8 +184,12 @@ class K3Layer(nn.Module):
             return self.attn(x, cache=cache, absorbed=cache is not None and x.shape[1] == 1)
         return self.attn(x, cache=cache)
 
-    def feed_forward(self, x: torch.Tensor, opts: RunOptions):
-        """x = ffn_norm(h), the FFN module's input. Returns (output, RouteInfo or None)."""
+    def feed_forward(self, x: torch.Tensor, opts: RunOptions, fixed: RouteInfo | None = None):
+        """x = ffn_norm(h), the FFN module's input. Returns (output, RouteInfo or None). `fixed`: a
+        routing already decided (K3Model.router_gradients), used instead of the router's."""
+        if self.is_moe and fixed is not None:
+            return self.ffn.apply_route(x, fixed.indices, fixed.weights, quant=opts.quant,
+                                        activation=opts.activation), fixed
         if self.is_moe:
             return self.ffn(x, routing=opts.routing_at(self.index), quant=opts.quant,
                             activation=opts.activation)
@@ -216,32 +243,41 @@ class K3Model(nn.Module):
                 if (i, m) in base.trace.outputs:
                     trace.inputs[(i, m)] = base.trace.inputs[(i, m)]
                     trace.outputs[(i, m)] = base.trace.outputs[(i, m)]
+                for rec, got in ((trace.sources, base.trace.sources), (trace.mixes, base.trace.mixes),
+                                 (trace.partials, base.trace.partials)):
+                    if (i, m) in got:
+                        rec[(i, m)] = got[(i, m)]
             trace.snapshots[i] = base.trace.snapshots[i]
         return self._run(base.ids, state, trace, from_layer, opts, None, True,
                          prefix_cache=base.cache.layers[:from_layer])
 
     def _run(self, ids, state: DepthState, trace: Trace, start: int, opts: RunOptions, cache,
-             record: bool, prefix_cache=()) -> K3Output:
+             record: bool, prefix_cache=(), fixed_routes: Mapping[int, RouteInfo] | None = None) -> K3Output:
         new_cache = list(prefix_cache)
         for i in range(start, len(self.layers)):
             layer = self.layers[i]
             if record:
                 trace.snapshots[i] = state.copy()
+                trace.sources[(i, "attn")] = state.sources()
             state.begin_layer(i)
             h, _ = state.read(layer.q_attn)
             x_attn = layer.attn_norm(h)                                   # [B, T, d]
             a, layer_cache = layer.attention(x_attn, cache.layers[i] if cache is not None else None)
             new_cache.append(layer_cache)
             state.add(a)
-            h, _ = state.read(layer.q_ffn)
-            x_ffn = layer.ffn_norm(h)                                     # [B, T, d]
-            m, info = layer.feed_forward(x_ffn, opts)
+            if record:
+                trace.mixes[(i, "attn")], trace.partials[(i, "attn")] = h, state.partial
+                trace.sources[(i, "ffn")] = state.sources()
+            h_ffn, _ = state.read(layer.q_ffn)
+            x_ffn = layer.ffn_norm(h_ffn)                                 # [B, T, d]
+            m, info = layer.feed_forward(x_ffn, opts, fixed_routes.get(i) if fixed_routes else None)
             if info is not None:
                 trace.routes[i] = info
             state.add(m)
             if record:
                 trace.inputs[(i, "attn")], trace.inputs[(i, "ffn")] = x_attn, x_ffn
                 trace.outputs[(i, "attn")], trace.outputs[(i, "ffn")] = a, m
+                trace.mixes[(i, "ffn")], trace.partials[(i, "ffn")] = h_ffn, state.partial
         y, _ = state.read(self.q_out, "out")
         logits = self.head(self.final_norm(y))                    # [B, T, vocab]
         if not bool(torch.isfinite(logits).all()):
@@ -266,6 +302,60 @@ class K3Model(nn.Module):
 
     def moe_layers(self) -> list[LatentMoE]:
         return [layer.ffn for layer in self.layers if layer.is_moe]
+
+    def inspect(self, out: K3Output, layer: int) -> dict[str, dict[str, torch.Tensor]]:
+        """Both modules of `layer` in a recorded forward, step by step: each module's `parts`, computed
+        by the module's own code from the input the trace recorded (and, in an MoE layer, from the
+        routing it recorded), so nothing before the layer runs again. {"attn": {...}, "ffn": {...}};
+        each "out" equals the module output in the trace (tests/test_layer.py)."""
+        if not 0 <= layer < self.cfg.num_layers:
+            raise ValueError(f"layer must lie in 0..{self.cfg.num_layers - 1}")
+        tr, block, opts = out.trace, self.layers[layer], out.options
+        attn = block.attn.parts(tr.module_input(layer, "attn"))
+        x = tr.module_input(layer, "ffn")
+        if block.is_moe:
+            r = tr.routes[layer]
+            ffn = block.ffn.parts(x, r.indices, r.weights, quant=opts.quant, activation=opts.activation)
+        else:
+            ffn = block.ffn.parts(x, opts.activation)
+        return {"attn": attn, "ffn": ffn}
+
+    def router_gradients(self, out: K3Output) -> tuple[float, dict[int, torch.Tensor]]:
+        """How the language-model loss trains the routers (ARCHITECTURE.md section 5): the gradient of the
+        recorded prompt's mean next-token cross-entropy with respect to the chosen experts' raw router
+        scores s_i, [B, T, k] per MoE layer in the slot order of trace.experts. The choice of experts is
+        held at what the forward chose (a top-k has no gradient) and the scores reach the loss only
+        through p_i = s_i / sum_j s_j; the balancing bias, which only chose the set, gets none. Runs the
+        layers from the first MoE layer on again, with autograd, from the recorded residual state.
+        Returns (loss, {layer: gradient})."""
+        ids = out.ids
+        if ids is None or ids.shape[1] < 2:
+            raise ValueError("the next-token loss needs at least two tokens")
+        if not out.trace.snapshots or not out.trace.routes:
+            raise ValueError("the forward was not recorded (record=False) or has no MoE layer")
+        moe = sorted(out.trace.routes)
+        with torch.inference_mode(False), torch.enable_grad():
+            # clones: tensors made in inference mode (the app's forwards) cannot enter autograd
+            state = out.trace.snapshots[moe[0]].copy()
+            state.blocks = [b.clone() for b in state.blocks]
+            state.partial = state.partial.clone() if state.partial is not None else None
+            state.record = False
+            leaves, fixed = [], {}
+            for i in moe:
+                r = out.trace.routes[i]
+                scores = r.scores.clone().requires_grad_(True)              # [B, T, E]
+                idx = r.indices.clone()                                     # [B, T, k]
+                raw = scores.gather(-1, idx)
+                p = raw / raw.sum(-1, keepdim=True).clamp_min(1e-30)        # as model.moe.route
+                leaves.append(scores)
+                fixed[i] = RouteInfo(scores, idx, p, r.cutoff, r.bias)
+            run = self._run(ids, state, Trace(self.cfg.num_layers, depth=state), moe[0], out.options, None,
+                            False, fixed_routes=fixed)
+            logits = run.logits[:, :-1].reshape(-1, run.logits.shape[-1])     # every row's next-token loss
+            loss = F.cross_entropy(logits if logits.dtype == torch.float64 else logits.float(),
+                                   ids[:, 1:].reshape(-1).clone())
+            grads = torch.autograd.grad(loss, leaves)
+        return float(loss.detach()), {i: g.gather(-1, fixed[i].indices).detach() for i, g in zip(moe, grads)}
 
 
 def _options(options: RunOptions | None, routing: RoutingArg, quant: bool,

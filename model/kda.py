@@ -50,6 +50,25 @@ def kda_recurrent(q, k, v, g, beta, scale=None, initial_state=None):
     return o.to(in_dtype), S
 
 
+def kda_states(k, v, g, beta, initial_state=None):
+    """The recurrent state after every token, [B, T, H, K, V] (the same loop as kda_recurrent, keeping
+    each S; the state never depends on q). For showing the state as tokens stream in; the layer itself
+    never keeps it."""
+    B, T, H, K = k.shape
+    dt = _compute_dtype(k)
+    k, v, g, beta = (t.to(dt) for t in (k, v, g, beta))
+    alpha = g.exp()                                                        # [B, T, H, K]
+    S = (torch.zeros(B, H, K, v.shape[-1], dtype=dt, device=k.device) if initial_state is None
+         else initial_state.to(dt))
+    states = []
+    for t in range(T):
+        S = alpha[:, t, :, :, None] * S
+        delta = beta[:, t, :, None] * (v[:, t] - torch.einsum("bhkv,bhk->bhv", S, k[:, t]))
+        S = S + k[:, t, :, :, None] * delta[:, :, None, :]
+        states.append(S)
+    return torch.stack(states, 1) if states else S.new_zeros(B, 0, H, K, v.shape[-1])
+
+
 @functools.lru_cache(maxsize=16)
 def _above_diagonal(C: int, device: torch.device) -> torch.Tensor:
     # cached across calls, so never create it as an inference tensor: a mask made inside
@@ -182,6 +201,27 @@ class KimiDeltaAttention(nn.Module):
         """(q, k, v, g, beta) exactly as `forward` feeds them to the kernel (q unscaled: the kernel's
         default scale d_k^-1/2 is the one the layer uses)."""
         return self._prepare(x, cache)[:5]
+
+    def parts(self, x):
+        """Every intermediate of `forward(x)` (no cache), by name, for the pages that show one layer
+        step by step: the kernel inputs, the low-rank decay logits z, the state after every token
+        (`states`, [B, T, H, d_k, d_v], from the recurrent form: the chunked kernel never forms it), the
+        read o, its norm, the gate and the output. `out` equals forward(x)[0] (tests/test_layer.py)."""
+        B, T, _ = x.shape
+        q, k, v, g, beta, og, _ = self._prepare(x, None)
+        scale = self.dk ** -0.5
+        if T > 1:
+            o, final = kda_chunked(q, k, v, g, beta, scale, chunk_size=self.chunk_size)
+        else:
+            o, final = kda_recurrent(q, k, v, g, beta, scale)
+        states = kda_states(k, v, g, beta)                             # [B, T, H, dk, dv]
+        fa = self.in_proj(x).split([3 * self.P, self.dk, self.H, self.P], -1)[1]
+        z = self.W_fb(fa).view(B, T, self.H, self.dk)                  # decay logits before dt_bias
+        normed = self.o_norm(o)                                        # [B, T, H, dv]
+        gate = torch.sigmoid(og)                                       # [B, T, P]
+        gated = normed.reshape(B, T, self.P) * gate
+        return {"q": q, "k": k, "v": v, "z": z, "g": g, "beta": beta, "o": o, "states": states, "final_state": final,
+                "o_normed": normed, "gate": gate, "gated": gated, "out": self.out_proj(gated)}
 
     def forward(self, x, cache=None, chunked=True):
         B, T, _ = x.shape

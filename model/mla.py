@@ -105,6 +105,24 @@ class GatedMLA(nn.Module):
             o = o.transpose(1, 2).reshape(B, T, self.H * self.v)              # [B, T, H*v]
         return self._out(x, o), kv
 
+    def parts(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Every intermediate of the naive `forward(x)` (no cache), by name, with the attention weights
+        written out (the forward's fused SDPA never forms them): the query, the latent c and k_rope this
+        token adds to the cache, per-head keys and values, `probs` [B, H, T, T] (causal softmax over
+        earlier tokens), the per-channel gate and the output. `out` equals forward(x)[0]."""
+        B, T, _ = x.shape
+        q = self._query(x)                                                    # [B, T, H, nope + rope]
+        kv = self._latent(x, None)
+        k, v = self._expand(kv)                                               # [B, T, H, n+r], [B, T, H, v]
+        logits = torch.einsum("bthc,bshc->bhts", q, k) * self.scale           # [B, H, T, S]
+        causal = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
+        probs = torch.softmax(logits.masked_fill(~causal, float("-inf")), -1)  # [B, H, T, S]
+        o = torch.einsum("bhts,bshv->bthv", probs, v).reshape(B, T, self.H * self.v)   # [B, T, H*v]
+        gate = torch.sigmoid(self.w_g(x)) if self.w_g is not None else torch.ones_like(o)
+        gated = gate * o
+        return {"q": q, "latent": kv.latent, "k_rope": kv.k_rope, "k": k, "v": v, "probs": probs, "o": o,
+                "gate": gate, "gated": gated, "out": self.w_o(gated)}
+
     def _absorbed(self, q: torch.Tensor, kv: MLACache, mask, causal: bool) -> torch.Tensor:
         B, T, H, _ = q.shape
         w = self.w_ukv.weight.view(H, self.nope + self.v, self.kv_lora)       # [H, nope + v, kv_lora]

@@ -227,18 +227,57 @@ class LatentMoE(nn.Module):
     def forward(self, x: torch.Tensor, routing: RoutingOverride | None = None, quant: bool = False,
                 activation: str | None = None) -> tuple[torch.Tensor, RouteInfo]:
         B, T, d = x.shape
+        r = self.router(x.reshape(B * T, d), routing)                         # indices, weights [N, k]
+        return self.apply_route(x, r.indices, r.weights, quant, activation), r.reshape(B, T)
+
+    def apply_route(self, x: torch.Tensor, indices: torch.Tensor, weights: torch.Tensor, quant: bool = False,
+                    activation: str | None = None) -> torch.Tensor:
+        """The layer's output for x [B, T, d] once the routing is decided: indices and weights p_i
+        ([B, T, k] or [B*T, k]). `forward` = router, then this; K3Model.router_gradients calls it with
+        recorded indices and differentiable scores, so the loss reaches the router only through p_i."""
+        B, T, d = x.shape
         act_name = activation or self.activation
         act = ACTIVATIONS[act_name]
         xf = x.reshape(B * T, d)                                              # [N, d]
-        r = self.router(xf, routing)                                          # indices, weights [N, k]
+        k = indices.shape[-1]
+        indices, weights = indices.reshape(B * T, k), weights.reshape(B * T, k)
         z = self.down(xf) if self.down is not None else xf                    # [N, l]
         wg, wu, wd = self._expert_weights(quant)
-        u = grouped_experts(z, r.indices, r.weights, wg, wu, wd, act, quant_act=quant)   # [N, l]
+        u = grouped_experts(z, indices, weights, wg, wu, wd, act, quant_act=quant)   # [N, l]
         if self.cfg.router_scale != 1.0:                                      # K2: 2.827; K3: 1.0
             u = u * self.cfg.router_scale
         routed = self.up(self.norm(u)) if self.up is not None else u          # [N, d]
         y = self.shared(xf, act_name) + routed                                # [N, d]
-        return y.reshape(B, T, d), r.reshape(B, T)
+        return y.reshape(B, T, d)
+
+    def parts(self, x: torch.Tensor, indices: torch.Tensor, weights: torch.Tensor, quant: bool = False,
+              activation: str | None = None) -> dict[str, torch.Tensor]:
+        """Every intermediate of the layer for x [B, T, d] with the routing the forward chose (indices,
+        weights [B, T, k]), by name, per token: the latent z = x W_down, each chosen expert's output
+        E_i(z) ([B, T, k, l], slot order), their p-weighted sum u, RMSNorm(u), the routed output, the
+        shared experts' hidden values and output, and `out` (= the forward's output). One token's experts
+        are gathered per (token, slot) pair here, which the grouped dispatch avoids; fine for one layer."""
+        B, T, d = x.shape
+        act_name = activation or self.activation
+        act = ACTIVATIONS[act_name]
+        xf = x.reshape(B * T, d)                                              # [N, d]
+        idx = indices.reshape(B * T, -1)                                      # [N, k]
+        p = weights.reshape(B * T, -1)
+        z = self.down(xf) if self.down is not None else xf                    # [N, l]
+        wg, wu, wd = self._expert_weights(quant)
+        zq = mx_fake_quant(z, "e4m3", per_row=True) if quant else z
+        h = act(torch.einsum("nw,nkwf->nkf", zq, wg[idx]), torch.einsum("nw,nkwf->nkf", zq, wu[idx]))   # [N, k, f]
+        if quant:
+            h = mx_fake_quant(h.reshape(-1, h.shape[-1]), "e4m3", per_row=True).reshape(h.shape)
+        e = torch.einsum("nkf,nkfw->nkw", h, wd[idx])                         # [N, k, l]  E_i(z)
+        u = (p.unsqueeze(-1).to(e.dtype) * e).sum(1) * self.cfg.router_scale  # [N, l]
+        normed = self.norm(u) if self.norm is not None else u
+        routed = self.up(normed) if self.up is not None else u                # [N, d]
+        shared = self.shared.parts(xf, act_name)
+        w = lambda t: t.reshape(B, T, *t.shape[1:])
+        return {"z": w(z), "expert_hidden": w(h), "expert_out": w(e), "u": w(u), "u_normed": w(normed),
+                "routed": w(routed), "shared_hidden": w(shared["hidden"]), "shared": w(shared["out"]),
+                "out": w(shared["out"] + routed)}
 
 
 def _mxfp4_experts(p: torch.Tensor) -> torch.Tensor:

@@ -5,9 +5,9 @@ The prompt is drawn by a full run; the token, the layer and the walk below them 
 choosing another token or layer reruns only the walk."""
 import streamlit as st
 
+from app import export, state, ui
 from app import layer as ly
-from app import state, ui
-from app.charts.layer import step_figure
+from app.charts.layer import frame, step_figure
 from app.live import banner, forward, live
 from app.routing import chip_labels
 
@@ -17,16 +17,18 @@ full = ly.FULL
 LAST = cfg.num_layers - 1
 DEFAULT_LAYER = 5
 KINDS = {"kda": "Kimi Delta Attention", "mla": "gated MLA"}
+NEXT_MLA = cfg.layer_types.index("mla", DEFAULT_LAYER)
 ui.page_header(
     "Inside one layer",
-    f"Follow one token down one of K3's **{full.num_layers} layers**: a read over depth, attention "
-    f"(Kimi Delta Attention or gated MLA), a second read, and the FFN ({full.top_k} of {full.n_routed_experts} "
-    f"experts plus {full.n_shared_experts} shared), each step with its equation filled in with this token's "
-    "numbers from the live model.",
-    f"compare layer {DEFAULT_LAYER} (Kimi Delta Attention) with layer 7 (gated MLA), then click an earlier token "
-    "and see which router scores the loss would raise.",
+    f"Follow one token down one of K3's **{full.num_layers} layers**: a read over depth, attention (Kimi Delta "
+    f"Attention or gated MLA), a second read, and the FFN ({full.top_k} of {full.n_routed_experts} experts plus "
+    f"{full.n_shared_experts} shared; one dense network in layer 0), each step with its equation filled in with "
+    "this token's numbers from the live model.",
+    f"compare layer {DEFAULT_LAYER} ({KINDS[cfg.layer_types[DEFAULT_LAYER]]}) with layer {NEXT_MLA} (gated MLA), then "
+    "click an earlier token in part 4–5 to see which router scores the loss would raise.",
 )
-view = state.page(*ui.PROMPT, ui.TOKEN, state.Int("layer", DEFAULT_LAYER, "layer", lo=0, hi=LAST))
+view = state.page(*ui.PROMPT, ui.TOKEN, state.Int("layer", DEFAULT_LAYER, "layer", lo=0, hi=LAST),
+                  state.Choice("part", "attention", "part of the layer", options=tuple(ly.VIEWS)))
 banner(lv)
 prompt = ui.prompt_input(view)
 if prompt is None:
@@ -42,33 +44,50 @@ def pick_token(t: int) -> None:
     view.set("token", t)
 
 
+def pick_part(part: str) -> None:
+    view.set("part", part)
+
+
 def shapes_table(shapes) -> str:
     rows = ["| tensor | live model | K3 | K3's value is |", "|---|---|---|---|"]
     rows += [f"| {s.name} | {s.here} | {s.k3} | {s.how} |" for s in shapes]
     return "\n".join(rows)
 
 
-def latex(expr: str) -> None:
-    st.latex(r"\begin{gathered}" + expr + r"\end{gathered}")       # `\\` in a step's LaTeX breaks the line
+def chart(spec: dict, caption: str, alt: str, key: str) -> None:
+    """A step's Vega-Lite figure, its caption and its data as CSV: what ui.chart does for a plotly figure (the
+    image download is in the chart's own menu). Presenter mode: larger type, as ui.chart gives plotly."""
+    if st.session_state.get(ui.K_PRESENT):
+        spec = spec | {"config": spec["config"] | {"axis": {"labelFontSize": 15, "titleFontSize": 16},
+                                                   "legend": {"labelFontSize": 15, "titleFontSize": 15},
+                                                   "title": {"fontSize": 18}, "text": {"fontSize": 14}}}
+    st.vega_lite_chart(spec, width="stretch" if spec.get("width") == "container" else "content", key=key, alt=alt)
+    st.caption(caption)
+    st.download_button("Chart data (CSV)", data=lambda: frame(spec).to_csv(index=False),
+                       file_name=f"{export.file_stem(alt)}.csv", mime="text/csv", key=f"csv_{key}", on_click="ignore",
+                       type="tertiary", icon=":material/download:",
+                       help="the numbers behind this chart; the chart's own menu (⋯) saves the picture")
+
+
+def equations(step: ly.Step) -> None:
+    """The step's equation, then the same filled in with this token's numbers: one LaTeX block (`\\\\` in a
+    step's LaTeX breaks the line), so a step costs the browser one formula element, not two."""
+    st.caption(f"The equation ({step.cite}), then the same with this token's numbers (computed):")
+    st.latex(r"\begin{gathered}" + step.equation + r" \\[10pt] \textsf{this token:}\quad " + step.filled
+             + r"\end{gathered}")
 
 
 def draw(step: ly.Step, n: int) -> None:
     with st.container(border=True):
         st.markdown(f"**{n}. {step.title}**")
-        left, right = st.columns([3, 2], gap="medium")
+        left, right = st.columns([11, 9], gap="medium")
         with left:
-            ui.chart(step_figure(step.key, step.data, pieces), step.caption, alt=f"Step {n}: {step.title}",
-                     key=f"layer_{step.part}_{step.key}")
+            chart(step_figure(step.key, step.data, pieces), step.caption, alt=f"Step {n}: {step.title}",
+                  key=f"layer_{step.part}_{step.key}")
         with right:
             st.markdown(step.text)
             st.markdown(shapes_table(step.shapes))
-        eq, filled = st.columns(2, gap="medium")
-        with eq:
-            st.caption(f"The equation ({step.cite}):")
-            latex(step.equation)
-        with filled:
-            st.caption("With this token's numbers (computed):")
-            latex(step.filled)
+        equations(step)
 
 
 @st.fragment
@@ -99,29 +118,48 @@ def inside() -> None:
         forward(prompt.ids)
         data = ly.cached_layer(prompt.ids, layer)
     steps = ly.walk(data, token, cfg, pieces)
-    part = None
-    for i, step in enumerate(steps, 1):
-        if step.part != part:
-            part = step.part
-            st.subheader(ly.PART_TITLES[part])
-        draw(step, i)
-
-    st.subheader(ly.PART_TITLES["learn"])
-    if not data.moe:
-        st.info(f"Layer 0 has no router: its FFN is dense, so there is nothing to learn about routing here. Pick a "
-                f"layer from 1 to {LAST}.", icon=":material/info:")
-    elif T < 2:
-        st.info("The next-token loss needs at least two tokens: type a longer prompt.", icon=":material/info:")
-    else:
+    part = view.draw(st.segmented_control, "part", "Show the steps of", list(ly.VIEWS),
+                     format_func=lambda v: ly.VIEWS[v][0],
+                     help="the table lists every step; the steps of the part you pick are drawn below it in full")
+    shown = set(ly.VIEWS[part][1])
+    grad = None
+    if "learn" in shown and data.moe and T > 1:
         with st.spinner("Backpropagating the prompt's next-token loss through the live model (once per prompt)…"):
             loss, grads = ly.cached_gradients(prompt.ids)
-        step = ly.gradient_step(data, token, loss, grads[layer], cfg)
-        if token == T - 1:
-            st.info(step.text, icon=":material/info:")
+        grad = ly.gradient_step(data, token, loss, grads[layer], cfg)
+    gradient_note = (ly.headline(grad) if grad is not None else "no router in layer 0" if not data.moe
+                     else "needs two tokens" if T < 2 else "pick part 4–5 (one backward pass per prompt)")
+    with st.expander("The whole layer at a glance: every step, one computed number each", expanded=True):
+        st.markdown(ly.layer_map(steps, shown, gradient_note))
+
+    current = None
+    for i, step in enumerate(steps, 1):
+        if step.part not in shown:
+            continue
+        if step.part != current:
+            current = step.part
+            st.subheader(ly.PART_TITLES[current])
+        draw(step, i)
+
+    if "learn" in shown:
+        st.subheader(ly.PART_TITLES["learn"])
+        if not data.moe:
+            st.info(f"Layer 0 has no router: its FFN is dense, so there is nothing to learn about routing here. Pick "
+                    f"a layer from 1 to {LAST}.", icon=":material/info:")
+        elif T < 2:
+            st.info("The next-token loss needs at least two tokens: type a longer prompt.", icon=":material/info:")
+        elif token == T - 1:
+            st.info(grad.text, icon=":material/info:")
             st.button(f"Follow token {T - 2} (“{chips[T - 2]}”) instead", key="layer_earlier",
                       on_click=pick_token, args=(T - 2,), icon=":material/undo:", type="primary")
         else:
-            draw(step, len(steps) + 1)
+            draw(grad, len(steps) + 1)
+
+    views = list(ly.VIEWS)
+    if part != "all" and views.index(part) + 1 < len(views) - 1:
+        nxt = views[views.index(part) + 1]
+        st.button(f"Next: {ly.VIEWS[nxt][0]}", key="layer_next_part", on_click=pick_part, args=(nxt,),
+                  icon=":material/arrow_downward:")
 
 
 inside()
