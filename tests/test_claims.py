@@ -1,7 +1,6 @@
 """The Claims page data (app/claims.py): every claim of docs/REFERENCES.md once, quoted from its article,
 with a verdict, and the computed values equal to what the accounting, the cost model and the live model
 give (tests/test_docs.py checks the quotations against docs/REFERENCES.md and the articles)."""
-import re
 from pathlib import Path
 
 import pytest
