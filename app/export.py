@@ -58,3 +58,12 @@ def file_stem(title: str, fallback: str = "k3-explorer-chart") -> str:
     """A safe, short file name from a chart's title or alt text."""
     stem = re.sub(r"[^a-z0-9]+", "-", str(title).lower()).strip("-")[:60].strip("-")
     return stem or fallback
+
+
+def spec_frame(spec: dict) -> pd.DataFrame:
+    """A Vega-Lite chart's data as one table (its CSV): every dataset's rows, with the dataset's name first."""
+    parts = [pd.DataFrame(rows).assign(dataset=name) for name, rows in spec.get("datasets", {}).items() if rows]
+    if not parts:
+        return pd.DataFrame(columns=["dataset"])
+    out = pd.concat(parts, ignore_index=True)
+    return out[["dataset"] + [c for c in out.columns if c != "dataset"]]

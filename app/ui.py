@@ -75,12 +75,32 @@ def chart(fig, caption: str, alt: str, key: str | None = None, **kwargs):
         fig.update_layout(font_size=max(17, (fig.layout.font.size or 12) + 4), height=int(max(height * 1.35, 560)))
     out = st.plotly_chart(fig, config=plotly_config(ss.get(K_FORMAT, "png")), alt=alt, key=key, **kwargs)
     st.caption(caption)
-    stem = export.file_stem(alt)
-    st.download_button("Chart data (CSV)", data=lambda: export.figure_frame(fig).to_csv(index=False),
-                       file_name=f"{stem}.csv", mime="text/csv", key=f"csv_{key or stem}",
-                       on_click="ignore", type="tertiary", icon=":material/download:",
-                       help="the numbers behind this chart; the camera in the chart's toolbar saves the picture")
+    _csv_button(lambda: export.figure_frame(fig), alt, key,
+                "the numbers behind this chart; the camera in the chart's toolbar saves the picture")
     return out
+
+
+# Presenter mode's larger type for a Vega-Lite chart (ui.chart gives plotly figures the same).
+PRESENTER_VEGA = {"axis": {"labelFontSize": 15, "titleFontSize": 16}, "legend": {"labelFontSize": 15, "titleFontSize": 15},
+                  "title": {"fontSize": 18}, "text": {"fontSize": 14}}
+
+
+def vega_chart(spec: dict, caption: str, alt: str, key: str) -> None:
+    """A Vega-Lite spec (datasets inside it) with a caption and its data as CSV, as ui.chart does for plotly;
+    the image download is in the chart's own menu."""
+    if st.session_state.get(K_PRESENT):
+        spec = spec | {"config": spec.get("config", {}) | PRESENTER_VEGA}
+    st.vega_lite_chart(spec, width="stretch" if spec.get("width") == "container" else "content", key=key, alt=alt)
+    st.caption(caption)
+    _csv_button(lambda: export.spec_frame(spec), alt, key,
+                "the numbers behind this chart; the chart's own menu (⋯) saves the picture")
+
+
+def _csv_button(table, alt: str, key: str | None, help: str) -> None:
+    stem = export.file_stem(alt)
+    st.download_button("Chart data (CSV)", data=lambda: table().to_csv(index=False), file_name=f"{stem}.csv",
+                       mime="text/csv", key=f"csv_{key or stem}", on_click="ignore", type="tertiary",
+                       icon=":material/download:", help=help)
 
 
 def _own_text_typed(view: state.View) -> None:

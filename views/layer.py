@@ -5,9 +5,9 @@ The prompt is drawn by a full run; the token, the layer and the walk below them 
 choosing another token or layer reruns only the walk."""
 import streamlit as st
 
-from app import export, state, ui
+from app import state, ui
 from app import layer as ly
-from app.charts.layer import frame, step_figure
+from app.charts.layer import step_figure
 from app.live import banner, forward, live
 from app.routing import chip_labels
 
@@ -54,21 +54,6 @@ def shapes_table(shapes) -> str:
     return "\n".join(rows)
 
 
-def chart(spec: dict, caption: str, alt: str, key: str) -> None:
-    """A step's Vega-Lite figure, its caption and its data as CSV: what ui.chart does for a plotly figure (the
-    image download is in the chart's own menu). Presenter mode: larger type, as ui.chart gives plotly."""
-    if st.session_state.get(ui.K_PRESENT):
-        spec = spec | {"config": spec["config"] | {"axis": {"labelFontSize": 15, "titleFontSize": 16},
-                                                   "legend": {"labelFontSize": 15, "titleFontSize": 15},
-                                                   "title": {"fontSize": 18}, "text": {"fontSize": 14}}}
-    st.vega_lite_chart(spec, width="stretch" if spec.get("width") == "container" else "content", key=key, alt=alt)
-    st.caption(caption)
-    st.download_button("Chart data (CSV)", data=lambda: frame(spec).to_csv(index=False),
-                       file_name=f"{export.file_stem(alt)}.csv", mime="text/csv", key=f"csv_{key}", on_click="ignore",
-                       type="tertiary", icon=":material/download:",
-                       help="the numbers behind this chart; the chart's own menu (⋯) saves the picture")
-
-
 def equations(step: ly.Step) -> None:
     """The step's equation, then the same filled in with this token's numbers: one LaTeX block (`\\\\` in a
     step's LaTeX breaks the line), so a step costs the browser one formula element, not two."""
@@ -82,8 +67,8 @@ def draw(step: ly.Step, n: int) -> None:
         st.markdown(f"**{n}. {step.title}**")
         left, right = st.columns([11, 9], gap="medium")
         with left:
-            chart(step_figure(step.key, step.data, pieces), step.caption, alt=f"Step {n}: {step.title}",
-                  key=f"layer_{step.part}_{step.key}")
+            ui.vega_chart(step_figure(step.key, step.data, pieces), step.caption, alt=f"Step {n}: {step.title}",
+                          key=f"layer_{step.part}_{step.key}")
         with right:
             st.markdown(step.text)
             st.markdown(shapes_table(step.shapes))

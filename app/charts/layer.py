@@ -4,13 +4,12 @@ Why Vega-Lite and not plotly here: the page draws one figure per step, about fif
 and in the browser each plotly chart costs a fixed ~60-90 ms to set up on this machine (16 small bar
 charts: ~600 ms without the modebar, ~1.5 s with it), against ~10 ms for a Vega-Lite chart (16 in about
 150 ms, the floor app's click is ~100 ms). Each spec keeps its data in `datasets` (name -> rows), which
-`frame` turns into the chart's CSV. Colours: Okabe-Ito (app.theme) and the blue-white-red diverging scale
+`app.export.spec_frame` turns into the chart's CSV. Colours: Okabe-Ito (app.theme) and the blue-white-red diverging scale
 used for signed values elsewhere; no background is set, so Streamlit's light and dark themes both apply.
 """
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 
 from app import theme
 
@@ -361,11 +360,3 @@ FIGURES = {
 def step_figure(key: str, data: dict, pieces=None) -> dict:
     return FIGURES[key](data, pieces)
 
-
-def frame(spec: dict) -> pd.DataFrame:
-    """The chart's data as one table (its CSV): every dataset's rows, with the dataset's name first."""
-    parts = [pd.DataFrame(rows).assign(dataset=name) for name, rows in spec.get("datasets", {}).items() if rows]
-    if not parts:
-        return pd.DataFrame(columns=["dataset"])
-    out = pd.concat(parts, ignore_index=True)
-    return out[["dataset"] + [c for c in out.columns if c != "dataset"]]
