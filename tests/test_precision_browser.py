@@ -54,7 +54,7 @@ def test_moa_slider_moves_the_ratio_and_the_link(server, page):
         time.sleep(1)
     for _ in range(4):
         slider.press("ArrowLeft")                              # a rerun may swallow a press: n lands in 4..7
-    page.wait_for_function("() => /[?&]n=[1-7]&/.test(document.location.search)", timeout=60_000)
+    page.wait_for_function("() => /[?&]n=[1-7](&|$)/.test(document.location.search)", timeout=60_000)
     time.sleep(2)                                              # let the last rerun finish writing the link
     settle(page)
     n = int(re.search(r"[?&]n=(\d+)", page.url).group(1))
