@@ -293,8 +293,9 @@ TERMS: tuple[Term, ...] = (
     Term("Block of 32", "block-of-32",
          "In the MX formats, 32 consecutive values (along the input dimension of a weight matrix) that share "
          "one E8M0 scale, so one large value coarsens only its own block.",
-         "The live model's expert rows are shorter than 32, so its blocks run along the row-major flattening of "
-         "each expert's weights. Not to be confused with an AttnRes block of layers.",
+         "The live model stores each expert's matrix [out, in] and cuts blocks along its rows, so a block "
+         "runs along the input dimension; its rows (16 or 8 inputs) are shorter than 32, so one block holds "
+         "two or four consecutive rows. Not to be confused with an AttnRes block of layers.",
          "quantization"),
     # ---- devices ------------------------------------------------------------------------------------------
     Term("Expert parallelism", "expert-parallelism",

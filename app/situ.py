@@ -146,8 +146,8 @@ def expert_activations(model, out, layer: int) -> ExpertActivations:
     idx = out.trace.experts(layer).reshape(x.shape[0], -1)                         # [N, k]
     w = out.trace.weights(layer).reshape(x.shape[0], -1)                           # [N, k]
     z = moe.down(x) if moe.down is not None else x                                  # [N, l]
-    g = torch.einsum("nl,nklf->nkf", z, moe.w_gate[idx])                            # [N, k, f]
-    u = torch.einsum("nl,nklf->nkf", z, moe.w_up[idx])                              # [N, k, f]
+    g = torch.einsum("nl,nkfl->nkf", z, moe.w_gate[idx])                            # [N, k, f]
+    u = torch.einsum("nl,nkfl->nkf", z, moe.w_up[idx])                              # [N, k, f]
     return ExpertActivations(layer, x, z, idx, w, g, u)
 
 
@@ -156,7 +156,7 @@ def recombine(moe: LatentMoE, acts: ExpertActivations, activation: str = "situ_g
     """The layer output [N, d] rebuilt from the activations: what LatentMoE computes, step by step
     (used to check that the activations shown are the ones the layer really ran)."""
     h = ACTS[activation](acts.gate, acts.up)                                        # [N, k, f]
-    e = torch.einsum("nkf,nkfl->nkl", h, moe.w_down[acts.experts])                  # [N, k, l]
+    e = torch.einsum("nkf,nklf->nkl", h, moe.w_down[acts.experts])                  # [N, k, l]
     u = (acts.weights.unsqueeze(-1).to(e.dtype) * e).sum(1) * moe.cfg.router_scale  # [N, l]
     routed = moe.up(moe.norm(u)) if moe.up is not None else u
     return moe.shared(acts.x, activation) + routed
@@ -193,9 +193,9 @@ class ChainLayer:
     router: torch.Tensor     # [E, d] float64 copies, made once per model
     bias: torch.Tensor       # [E]
     down: torch.Tensor       # [l, d]
-    w_gate: torch.Tensor     # [E, l, f]
-    w_up: torch.Tensor       # [E, l, f]
-    w_down: torch.Tensor     # [E, f, l]
+    w_gate: torch.Tensor     # [E, f, l]  (each expert [out, in], as the model stores it)
+    w_up: torch.Tensor       # [E, f, l]
+    w_down: torch.Tensor     # [E, l, f]
     norm: torch.Tensor       # [l] RMSNorm gain
     eps: float
     up: torch.Tensor         # [d, l]
@@ -233,11 +233,11 @@ def routed_chain(layers: list[ChainLayer], x0: torch.Tensor, scale: float,
         s = torch.sigmoid(x @ L.router.T)                                             # [V*N, E]
         idx, p, _ = route(s, L.bias, L.top_k)                                         # [V*N, k]
         z = scale * (x @ L.down.T)                                                    # [V*N, l]
-        g = scale * torch.einsum("nl,nklf->nkf", z, L.w_gate[idx])                    # [V*N, k, f]
-        u = scale * torch.einsum("nl,nklf->nkf", z, L.w_up[idx])
+        g = scale * torch.einsum("nl,nkfl->nkf", z, L.w_gate[idx])                    # [V*N, k, f]
+        u = scale * torch.einsum("nl,nkfl->nkf", z, L.w_up[idx])
         h = torch.cat([ACTS[a](g[v * N:(v + 1) * N], u[v * N:(v + 1) * N])
                        for v, (a, _) in enumerate(live)])                            # [V*N, k, f]
-        e = scale * torch.einsum("nkf,nkfl->nkl", h, L.w_down[idx])                   # [V*N, k, l]
+        e = scale * torch.einsum("nkf,nklf->nkl", h, L.w_down[idx])                   # [V*N, k, l]
         r = (p.unsqueeze(-1) * e).sum(1)                                              # [V*N, l]
         keep = torch.tensor([nrm for _, nrm in live]).repeat_interleave(N).unsqueeze(1)
         r = torch.where(keep, rms_norm(r, L.eps) * L.norm, r)

@@ -1,9 +1,11 @@
 """The shipped live instance: safetensors with routed experts packed as real MXFP4 (ARCHITECTURE.md 7).
 
 Layout of assets/k3_tiny.safetensors:
-* every routed-expert tensor (w_gate, w_up, w_down of each MoE layer) as two uint8 tensors,
-  `<name>.mxfp4_codes` (E2M1 codes, two per byte) and `<name>.mxfp4_scales` (one E8M0 byte per block
-  of 32 along each expert's row-major flattening): 4.25 bits per value;
+* every routed-expert tensor (w_gate, w_up, w_down of each MoE layer, [E, out, in]: each expert's matrix
+  as nn.Linear stores it) as two uint8 tensors, `<name>.mxfp4_codes` (E2M1 codes, two per byte) and
+  `<name>.mxfp4_scales` (one E8M0 byte per block of 32 along each expert's rows, i.e. along the input
+  dimension as OCP MX and K3's checkpoint block it; a tiny row of 16 or 8 is half or a quarter of a
+  block): 4.25 bits per value;
 * the balancing biases (buffers set by Quantile Balancing) in fp32, under the names they had before
   the router became its own module (FILE_NAMES; the file layout never changed);
 * everything else in bf16, as K3 keeps attention, router, latent projections and shared experts in
@@ -19,6 +21,7 @@ import time
 from pathlib import Path
 
 import torch
+from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
 from model.config import K3Config
@@ -30,6 +33,9 @@ ASSETS = Path(__file__).resolve().parent.parent / "assets"
 CHECKPOINT = ASSETS / "k3_tiny.safetensors"
 CARD = ASSETS / "k3_tiny.json"
 EXPERT_TENSORS = (".ffn.w_gate", ".ffn.w_up", ".ffn.w_down")
+# the file's format tag; files written before the experts were stored [E, out, in] (blocks along the
+# output dimension) say "k3-tiny-mxfp4" and are refused, since their codes would load into the wrong places
+FORMAT = "k3-tiny-mxfp4-v2"
 RETRAIN = "re-run `python -m model.train` (or restore the file from git)"
 # model state-dict name suffix -> the name suffix the file stores it under. The balancing bias moved
 # from `ffn.expert_bias` to the Router module (`ffn.router.expert_bias`); the shipped file keeps the
@@ -94,7 +100,8 @@ def unpack_state(packed: dict[str, torch.Tensor], model: K3Model) -> dict[str, t
 def save_pretrained(model: K3Model, facts: dict, path: Path = CHECKPOINT, card: Path = CARD) -> dict:
     """Write the packed checkpoint and its card (config, checksum, training facts)."""
     packed = pack_state(model)
-    save_file(packed, str(path), metadata={"format": "k3-tiny-mxfp4", "config": json.dumps(model.cfg.to_dict())})
+    save_file(packed, str(path), metadata={"format": FORMAT, "expert_layout": "[E, out, in]",
+                                           "config": json.dumps(model.cfg.to_dict())})
     info = {"file": path.name, "sha256": sha256(path), "bytes": path.stat().st_size,
             "config": model.cfg.to_dict(), **facts}
     card.write_text(json.dumps(info, indent=1))
@@ -122,9 +129,16 @@ def load_pretrained(path: Path = CHECKPOINT, card: Path = CARD,
     with torch.device("meta"):
         model = K3Model(cfg)                   # no random init of 35M parameters just to overwrite it
     try:
+        with safe_open(str(path), "pt") as f:
+            fmt = (f.metadata() or {}).get("format")
+        if fmt != FORMAT:
+            raise CheckpointError(f"{path} is in the format {fmt!r}, not {FORMAT!r} (an older layout of the "
+                                  f"experts): {RETRAIN}")
         packed = load_file(str(path))
         model.load_state_dict(unpack_state(packed, model), assign=True, strict=True)
-    except (KeyError, RuntimeError, ValueError) as e:
+    except CheckpointError:
+        raise
+    except (KeyError, RuntimeError, ValueError, OSError) as e:
         raise CheckpointError(f"{path} could not be read ({e}): {RETRAIN}") from e
     model.eval().requires_grad_(False)
     for moe in model.moe_layers():
@@ -137,3 +151,48 @@ def load_pretrained(path: Path = CHECKPOINT, card: Path = CARD,
                               f"expects {cfg.vocab_size}: {RETRAIN}")
     model.load_seconds = time.perf_counter() - t0
     return model, tok
+
+
+def upgrade_v1(path: Path = CHECKPOINT, card: Path = CARD) -> dict:
+    """Rewrite a checkpoint of the first format ("k3-tiny-mxfp4": experts stored [E, in, out], MXFP4
+    blocks along their output dimension) in this one: each expert's decoded matrix is transposed to
+    [out, in] and quantised again in blocks along its input dimension. The weights were trained on the
+    old blocks, so the re-rounding costs some accuracy (the card records it). The loader itself never
+    reads the old format; this is the one way across, run once: `python -m model.checkpoint --upgrade`."""
+    with safe_open(str(path), "pt") as f:
+        meta = f.metadata() or {}
+    if meta.get("format") != "k3-tiny-mxfp4":
+        raise CheckpointError(f"{path} is not a first-format checkpoint (format {meta.get('format')!r})")
+    info = read_card(card)
+    cfg = K3Config(**info["config"])
+    packed = load_file(str(path))
+    model = K3Model(cfg)
+    state = {}
+    for name, ref in model.state_dict().items():
+        stored = file_name(name)
+        if is_expert_tensor(name):
+            E, out_dim, in_dim = ref.shape
+            old = unpack_mxfp4(packed[stored + ".mxfp4_codes"], packed[stored + ".mxfp4_scales"],
+                               (E, in_dim, out_dim), dtype=torch.float32)        # [E, in, out]
+            state[name] = old.transpose(1, 2).contiguous()                        # [E, out, in]
+        else:
+            state[name] = packed[stored].to(ref.dtype)
+    model.load_state_dict(state, strict=True)
+    for moe in model.moe_layers():
+        for p in (moe.w_gate, moe.w_up, moe.w_down):
+            with torch.no_grad():
+                p.copy_(type(moe).quantised_experts(p))                           # the new blocks
+    facts = {k: v for k, v in info.items() if k not in ("file", "sha256", "bytes", "config")}
+    facts["format_upgrade"] = {"from": "k3-tiny-mxfp4 (experts [E, in, out], blocks along the output dim)",
+                               "to": f"{FORMAT} (experts [E, out, in], blocks along the input dim)",
+                               "what": "the trained weights decoded, transposed and re-quantised to MXFP4 "
+                                       "in the new blocks; no training"}
+    return save_pretrained(model, facts, path, card)
+
+
+if __name__ == "__main__":
+    import argparse
+    ap = argparse.ArgumentParser(description="The shipped checkpoint's format.")
+    ap.add_argument("--upgrade", action="store_true", help="rewrite a first-format checkpoint (upgrade_v1)")
+    if ap.parse_args().upgrade:
+        print(upgrade_v1())

@@ -69,12 +69,28 @@ class RouteInfo:
                          self.weights.reshape(*lead, -1), self.cutoff.reshape(*lead), self.bias)
 
 
+def grouped_topk(x: torch.Tensor, m: int, group: int = 8) -> tuple[torch.Tensor, torch.Tensor]:
+    """torch.topk(x, m, dim=-1) (sorted) in two stages, ~2x faster for many rows of E = 896: the m
+    largest values of a row lie in the m groups (of `group` neighbours) with the largest maxima, so a
+    second top-m over those m * group candidates finds them. The same values; among exactly equal
+    values the indices may come in another order. Falls back to torch.topk where it cannot help."""
+    E = x.shape[-1]
+    if E % group or m * group * 2 > E or x.dim() < 1:
+        return torch.topk(x, m, dim=-1)
+    g = x.unflatten(-1, (E // group, group))                                # [..., E/G, G]
+    best = torch.topk(g.amax(-1), m, dim=-1, sorted=False).indices           # [..., m] groups
+    cand = g.gather(-2, best.unsqueeze(-1).expand(*best.shape, group)).flatten(-2)   # [..., m G]
+    vals, j = torch.topk(cand, m, dim=-1)                                   # sorted
+    return vals, best.gather(-1, j // group) * group + j % group
+
+
 def route(scores: torch.Tensor, bias: torch.Tensor | None, top_k: int,
-          override: RoutingOverride | None = None):
+          override: RoutingOverride | None = None, fast: bool = False):
     """(indices [..., k], weights [..., k], cutoff [...]) for scores [..., E].
 
     Selection uses s + b; the weights use the raw s only (K3 report: bias is for selection, and the
     routed scaling factor is 1.0), so the balancing bias never changes what an expert contributes.
+    `fast`: select with grouped_topk (training, where the order of exact ties does not matter).
     """
     E = scores.shape[-1]
     ov = override or RoutingOverride()
@@ -85,7 +101,7 @@ def route(scores: torch.Tensor, bias: torch.Tensor | None, top_k: int,
         biased = biased.index_fill(-1, torch.tensor(blocked, device=scores.device), -math.inf)
     free = k - len(ov.forced)                           # slots decided by score
     m = min(free + 1, E)                                # one more for the cutoff when it exists
-    vals, idx = torch.topk(biased, m, dim=-1, sorted=True)                  # [..., m]
+    vals, idx = grouped_topk(biased, m) if fast else torch.topk(biased, m, dim=-1, sorted=True)   # [..., m]
     if free + 1 <= E:
         cutoff = vals[..., free]                                             # [...]
         idx = idx[..., :free]
@@ -116,11 +132,23 @@ class Router(nn.Module):
     def forward(self, x: torch.Tensor, override: RoutingOverride | None = None) -> RouteInfo:
         """x [..., d] -> RouteInfo with the leading dims of x. Scores in fp32 (fp64 for fp64 x)."""
         rdt = torch.float64 if x.dtype == torch.float64 else torch.float32
-        scores = torch.sigmoid(F.linear(x.to(rdt), self.weight.to(rdt)))        # [..., E]
         use_bias = override is None or override.use_bias
-        idx, p, cutoff = route(scores, self.expert_bias.to(rdt) if use_bias else None, self.top_k,
-                               override)                                        # [..., k], [..., k], [...]
+        bias_used = self.expert_bias.to(rdt) if use_bias else None
         bias = self.expert_bias.detach().clone() if use_bias else torch.zeros_like(self.expert_bias)
+        if not (torch.is_grad_enabled() and (self.weight.requires_grad or x.requires_grad)):
+            scores = torch.sigmoid(F.linear(x.to(rdt), self.weight.to(rdt)))    # [..., E]
+            idx, p, cutoff = route(scores, bias_used, self.top_k, override)     # [..., k], [..., k], [...]
+            return RouteInfo(scores, idx, p, cutoff, bias)
+        # Training: the top-k has no gradient, so the loss reaches W_r (and x) only through the k chosen
+        # scores in p_i. Choose without autograd, then recompute just the chosen scores with it: the same
+        # values and gradients as differentiating all E scores, without keeping (or back-propagating
+        # through) the [N, E] score matrix, which dominated a large batch's step.
+        with torch.no_grad():
+            scores = torch.sigmoid(F.linear(x.to(rdt), self.weight.to(rdt)))    # [..., E]
+            idx, _, cutoff = route(scores, bias_used, self.top_k, override, fast=True)
+        w_sel = F.embedding(idx, self.weight.to(rdt))                           # [..., k, d] rows of W_r
+        s_sel = torch.sigmoid((x.to(rdt).unsqueeze(-2) * w_sel).sum(-1))        # [..., k]
+        p = s_sel / s_sel.sum(-1, keepdim=True).clamp_min(1e-30)
         return RouteInfo(scores, idx, p, cutoff, bias)
 
 
@@ -133,41 +161,51 @@ def expert_load(indices: torch.Tensor, n_experts: int) -> torch.Tensor:
 def grouped_experts(z, indices, weights, w_gate, w_up, w_down, act, quant_act: bool = False):
     """sum_i p_i E_i(z) for every token, as batched matmuls over the experts' groups of tokens.
 
-    z [N, w]; indices, weights [N, k]; w_gate, w_up [E, w, f]; w_down [E, f, w] -> [N, w].
+    z [N, w]; indices, weights [N, k]; w_gate, w_up [E, f, w]; w_down [E, w, f] -> [N, w]. Each
+    expert's matrices are stored [out, in] like nn.Linear's weight (so MXFP4 blocks, cut along each
+    expert's rows, run along the input dimension as in OCP MX and K3's checkpoint).
     The (token, slot) pairs are sorted by expert, so each expert's tokens form one group (what an
     expert-parallel all-to-all sends to one rank); no loop over experts. Two layouts of the same
-    computation, chosen by measured speed (bench/bench_model.py):
-    * padded: groups in an [E, C, w] buffer (C = largest group), one bmm per matrix over the experts;
-      best when groups are full (training batches), since expert weights are never copied;
-    * per pair: each sorted pair gathers its expert's weights, one bmm over pairs; best for a short
-      prompt, where most groups hold one or two tokens and the padded buffer would be mostly empty.
+    computation, chosen by the mean group size (bench/bench_model.py, bench/bench_train.py):
+    * tiles: each group is cut into tiles of c rows (c = 2..32, about the mean group size), zero-padded,
+      and one bmm per matrix runs over all tiles with each tile's expert weights. The padding is at most
+      one partial tile per expert, however skewed the groups are (a frequent token sends all its copies
+      to the same 16 experts), which keeps a training step's cost independent of the routing;
+    * per pair (groups of one or two, a short prompt): each sorted pair gathers its expert's weights,
+      one bmm over pairs.
     """
     N, k = indices.shape
     E = w_gate.shape[0]
     flat = indices.reshape(-1)                                   # [P] expert of each pair
+    P = flat.numel()
     order = torch.argsort(flat, stable=True)                     # [P] pairs grouped by expert
     expert = flat[order]                                         # [P] sorted expert ids
     token = torch.div(order, k, rounding_mode="floor")           # [P] token of each sorted pair
     if quant_act:   # MXFP8 per token row: tokens never share a block scale (keeps causality)
         z = mx_fake_quant(z, "e4m3", per_row=True)
-    counts = torch.bincount(flat, minlength=E)                   # [E] group sizes
-    C = int(counts.max())
-    if E * C <= 3 * flat.numel():
+    c = 1 << max(0, min(5, (P // E).bit_length() - 1)) if P >= E else 1   # tile rows, a power of two
+    if c > 1:
+        counts = torch.bincount(flat, minlength=E)               # [E] group sizes
+        tiles = torch.div(counts + c - 1, c, rounding_mode="floor")          # [E] tiles per group
+        first = torch.cumsum(tiles, 0) - tiles                   # [E] first tile of each group
         start = torch.cumsum(counts, 0) - counts                 # [E] first sorted pair of each group
-        slot = expert * C + (torch.arange(flat.numel(), device=flat.device) - start[expert])   # [P]
-        zg = z.new_zeros(E * C, z.shape[1]).index_copy(0, slot, z.index_select(0, token))
-        zg = zg.view(E, C, -1)                                   # [E, C, w]
-        h = act(torch.bmm(zg, w_gate), torch.bmm(zg, w_up))      # [E, C, f]
+        pos = torch.arange(P, device=flat.device) - start[expert]            # [P] place in its group
+        slot = (first[expert] + torch.div(pos, c, rounding_mode="floor")) * c + pos % c   # [P] buffer row
+        n = int(tiles.sum())
+        owner = torch.repeat_interleave(torch.arange(E, device=flat.device), tiles)      # [n] tile's expert
+        zt = z.new_zeros(n * c, z.shape[1]).index_copy(0, slot, z.index_select(0, token)).view(n, c, -1)
+        h = act(torch.bmm(zt, w_gate.index_select(0, owner).transpose(1, 2)),
+                torch.bmm(zt, w_up.index_select(0, owner).transpose(1, 2)))          # [n, c, f]
         if quant_act:
             h = mx_fake_quant(h, "e4m3", per_row=True)
-        out = torch.bmm(h, w_down).view(E * C, -1).index_select(0, slot)     # [P, w]
+        out = torch.bmm(h, w_down.index_select(0, owner).transpose(1, 2)).view(n * c, -1).index_select(0, slot)
     else:
         zp = z.index_select(0, token).unsqueeze(1)               # [P, 1, w]
-        h = act(torch.bmm(zp, w_gate.index_select(0, expert)),
-                torch.bmm(zp, w_up.index_select(0, expert)))     # [P, 1, f]
+        h = act(torch.bmm(zp, w_gate.index_select(0, expert).transpose(1, 2)),
+                torch.bmm(zp, w_up.index_select(0, expert).transpose(1, 2)))     # [P, 1, f]
         if quant_act:
             h = mx_fake_quant(h, "e4m3", per_row=True)
-        out = torch.bmm(h, w_down.index_select(0, expert)).squeeze(1)        # [P, w]
+        out = torch.bmm(h, w_down.index_select(0, expert).transpose(1, 2)).squeeze(1)        # [P, w]
     out = out * weights.reshape(-1)[order].unsqueeze(1).to(out.dtype)
     return out.new_zeros(N, out.shape[1]).index_add_(0, token, out)  # [N, w]
 
@@ -191,15 +229,21 @@ class LatentMoE(nn.Module):
         else:                                                     # Kimi K2 style: full-width experts
             self.down = self.up = self.norm = None
         self.shared = GLUFFN(d, cfg.n_shared_experts * cfg.shared_hidden, cfg.activation)
-        # Routed experts stacked so dispatch is index_select + bmm, never a loop over experts.
-        self.w_gate = nn.Parameter(torch.empty(E, w, f))          # [E, l, f]
-        self.w_up = nn.Parameter(torch.empty(E, w, f))            # [E, l, f]
-        self.w_down = nn.Parameter(torch.empty(E, f, w))          # [E, f, l]
+        # Routed experts stacked so dispatch is index_select + bmm, never a loop over experts; each
+        # expert's matrix [out, in] as nn.Linear stores it, so MXFP4 blocks run along its input dim.
+        self.w_gate = nn.Parameter(torch.empty(E, f, w))          # [E, f, l]
+        self.w_up = nn.Parameter(torch.empty(E, f, w))            # [E, f, l]
+        self.w_down = nn.Parameter(torch.empty(E, w, f))          # [E, l, f]
         for p, fan_in in ((self.w_gate, w), (self.w_up, w), (self.w_down, f)):
             nn.init.uniform_(p, -fan_in ** -0.5, fan_in ** -0.5)  # nn.Linear's default range
         # MXFP4 copies of the three expert tensors, made once by precompute_quant (at load time),
         # with the version of the weights they were made from. A forward only reads them.
         self._quantised: tuple | None = None
+
+    @staticmethod
+    def quantised_experts(p: torch.Tensor) -> torch.Tensor:
+        """The MXFP4 value of a stacked expert tensor [E, out, in], in the model's blocks."""
+        return _mxfp4_experts(p)
 
     def _expert_tensors(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         return self.w_gate, self.w_up, self.w_down
@@ -266,10 +310,10 @@ class LatentMoE(nn.Module):
         z = self.down(xf) if self.down is not None else xf                    # [N, l]
         wg, wu, wd = self._expert_weights(quant)
         zq = mx_fake_quant(z, "e4m3", per_row=True) if quant else z
-        h = act(torch.einsum("nw,nkwf->nkf", zq, wg[idx]), torch.einsum("nw,nkwf->nkf", zq, wu[idx]))   # [N, k, f]
+        h = act(torch.einsum("nw,nkfw->nkf", zq, wg[idx]), torch.einsum("nw,nkfw->nkf", zq, wu[idx]))   # [N, k, f]
         if quant:
             h = mx_fake_quant(h.reshape(-1, h.shape[-1]), "e4m3", per_row=True).reshape(h.shape)
-        e = torch.einsum("nkf,nkfw->nkw", h, wd[idx])                         # [N, k, l]  E_i(z)
+        e = torch.einsum("nkf,nkwf->nkw", h, wd[idx])                         # [N, k, l]  E_i(z)
         u = (p.unsqueeze(-1).to(e.dtype) * e).sum(1) * self.cfg.router_scale  # [N, l]
         normed = self.norm(u) if self.norm is not None else u
         routed = self.up(normed) if self.up is not None else u                # [N, d]
@@ -281,7 +325,9 @@ class LatentMoE(nn.Module):
 
 
 def _mxfp4_experts(p: torch.Tensor) -> torch.Tensor:
-    # MXFP4 blocks of 32 along the row-major flattening of each expert's tensor (sec 7).
+    # MXFP4 blocks of 32 along the row-major flattening of each expert's [out, in] matrix (sec 7): along
+    # its input dimension, and where a row is shorter than 32 (16 or 8 in the tiny instance) one block
+    # holds whole consecutive rows, 2 x 16 or 4 x 8.
     return mx_fake_quant(p.reshape(p.shape[0], -1), "e2m1", per_row=True).reshape(p.shape)
 
 
@@ -360,6 +406,37 @@ class QuantileHistogram:
         # Linear interpolation: the t-th of n values spread evenly in a bin sits at (t - 1/2) / n.
         b_hat = (self.lo + self.width * (j + (target - before - 0.5) / inside)).squeeze(1)   # [E]
         return (b_hat - b_hat.mean() if centre else b_hat).to(self.dtype)
+
+
+class StepQuantile:
+    """The exact QB quantile (quantile_balance) of one step's whole batch, gathered micro-batch by
+    micro-batch: the report's Eq. 14 takes the quantile over one step's tokens, and a step may route its
+    batch in pieces (gradient accumulation), all with the same bias. Exact, not binned: each piece keeps
+    only its `r` largest margins s_ij - alpha_i per expert (r = the target rank + 1 of the whole step), and
+    the r largest of a union lie among the r largest of its parts, so merging gives exactly what
+    quantile_balance returns on the concatenated batch, without holding the [m, E] scores."""
+
+    def __init__(self, n_experts: int, top_k: int, tokens: int):
+        self.E, self.top_k, self.tokens = n_experts, top_k, tokens
+        self.r = _target_rank(tokens, top_k, n_experts) + 1
+        self.best: torch.Tensor | None = None      # [E, <= r] largest margins so far, per expert
+        self.seen = 0
+
+    def add(self, scores: torch.Tensor, cutoff: torch.Tensor) -> "StepQuantile":
+        """scores [m, E] of one piece, cutoff [m] its (k+1)-th biased scores (RouteInfo.cutoff)."""
+        margin = (scores.detach().float() - cutoff.detach().float().unsqueeze(1)).T     # [E, m]
+        if self.best is not None:
+            margin = torch.cat([self.best, margin], 1)
+        # per expert along the last dim (contiguous): the two-stage top-k, exact in value
+        self.best = grouped_topk(margin.contiguous(), min(self.r, margin.shape[1]))[0]   # [E, <= r]
+        self.seen += scores.shape[0]
+        return self
+
+    def bias(self, centre: bool = True) -> torch.Tensor:
+        if self.seen != self.tokens:
+            raise ValueError(f"the step's batch has {self.tokens} tokens but {self.seen} were added")
+        b_hat = -self.best[:, self.r - 1]                                         # [E]
+        return b_hat - b_hat.mean() if centre else b_hat
 
 
 def quantile_balance_hist(scores: torch.Tensor, bias: torch.Tensor, top_k: int,

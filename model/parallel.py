@@ -132,9 +132,9 @@ class ExpertShard(nn.Module):
         self.up = nn.Linear(l, d, bias=False)
         self.norm = RMSNorm(l, cfg.norm_eps)
         self.shared = GLUFFN(d, cfg.n_shared_experts * cfg.shared_hidden, cfg.activation)
-        self.w_gate = nn.Parameter(torch.empty(hi - lo, l, f))   # [E_local, l, f]
-        self.w_up = nn.Parameter(torch.empty(hi - lo, l, f))
-        self.w_down = nn.Parameter(torch.empty(hi - lo, f, l))
+        self.w_gate = nn.Parameter(torch.empty(hi - lo, f, l))   # [E_local, f, l], each expert [out, in]
+        self.w_up = nn.Parameter(torch.empty(hi - lo, f, l))
+        self.w_down = nn.Parameter(torch.empty(hi - lo, l, f))
 
 
 def load_shard(path: str | Path, rank: int, world: int) -> tuple[ExpertShard, torch.Tensor]:

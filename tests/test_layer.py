@@ -278,7 +278,7 @@ def test_moe_steps_recomputed_in_float64(live, data, layer):
         p = s[t][idx] / s[t][idx].sum()                                      # raw scores, renormalised
         close(r["weights"], p, 1e-5)
         close(st["moe_down"].data["z"], z[t])
-        experts = np.stack([situ(z[t] @ wg[i], z[t] @ wu[i]) @ wd[i] for i in idx])   # [k, l]
+        experts = np.stack([wd[i] @ situ(wg[i] @ z[t], wu[i] @ z[t]) for i in idx])   # [k, l]; [out, in]
         close(st["experts"].data["experts"], experts)
         u = (p[:, None] * experts).sum(0)
         close(st["experts"].data["u"], u)

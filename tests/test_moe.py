@@ -9,7 +9,8 @@ import torch
 
 from model import accounting
 from model.config import K3Config
-from model.moe import (LatentMoE, QuantileHistogram, RoutingOverride, expert_load, quantile_balance,
+from model.moe import (LatentMoE, QuantileHistogram, RoutingOverride, StepQuantile, expert_load,
+                       grouped_topk, quantile_balance,
                        quantile_balance_hist, route, sign_rule_update)
 from model.quant import mx_fake_quant
 
@@ -48,11 +49,11 @@ def reference_moe(moe, x, act="situ_glu", quant=False, use_bias=True, top_k=None
             wg, wu, wd = (w[e].double() for w in (moe.w_gate, moe.w_up, moe.w_down))
             if quant:
                 wg, wu, wd = (mx_fake_quant(w, "e2m1") for w in (wg, wu, wd))
-            g, up = z @ wg, z @ wu
+            g, up = wg @ z, wu @ z                          # each expert [out, in]
             h = torch.tensor([f_act(float(a), float(b)) for a, b in zip(g, up)], dtype=torch.float64)
             if quant:
                 h = mx_fake_quant(h, "e4m3")
-            u = u + (s[e] / total) * (h @ wd)
+            u = u + (s[e] / total) * (wd @ h)
         u = u * moe.cfg.router_scale
         if moe.up is not None:
             normed = u / torch.sqrt((u * u).mean() + moe.norm.eps) * moe.norm.weight.double()
@@ -79,8 +80,10 @@ def test_parameters_match_accounting():
     for cfg in (K3Config.tiny(), MICRO, MICRO.with_(latent_dim=None)):
         moe = LatentMoE(cfg)
         assert sum(p.numel() for p in moe.parameters()) == sum(accounting.moe_parts(cfg).values())
-        assert moe.w_gate.shape == (cfg.n_routed_experts, cfg.expert_width, cfg.expert_hidden)
-        assert moe.w_down.shape == (cfg.n_routed_experts, cfg.expert_hidden, cfg.expert_width)
+        # [E, out, in] like nn.Linear: the input dimension is the contiguous one MXFP4 blocks run along
+        assert moe.w_gate.shape == (cfg.n_routed_experts, cfg.expert_hidden, cfg.expert_width)
+        assert moe.w_up.shape == moe.w_gate.shape
+        assert moe.w_down.shape == (cfg.n_routed_experts, cfg.expert_width, cfg.expert_hidden)
     buffers, params = dict(moe.named_buffers()), dict(moe.named_parameters())
     assert "router.expert_bias" in buffers and "router.expert_bias" not in params
     assert "router.expert_bias" in moe.state_dict()
@@ -201,6 +204,44 @@ def test_training_gradients_reach_router_and_experts():
     assert torch.equal(a, b) and not torch.equal(a, c)
 
 
+def test_router_training_path_matches_the_dense_scores():
+    # Training recomputes only the chosen scores; values and gradients must equal differentiating all
+    # E scores (the plain formula of sec 5, written out here) with the same selection.
+    torch.manual_seed(3)
+    moe = LatentMoE(MICRO)
+    x = torch.randn(40, MICRO.d_model, requires_grad=True)
+    info = moe.router(x)                                           # grad enabled: the training path
+    g = torch.randn(info.weights.shape)
+    (info.weights * g).sum().backward()
+    grad_w, grad_x = moe.router.weight.grad.clone(), x.grad.clone()
+    moe.router.weight.grad, x.grad = None, None
+    s = torch.sigmoid(x @ moe.router.weight.T)                     # [N, E], all of them
+    biased = s.detach() + moe.router.expert_bias
+    idx = torch.topk(biased, MICRO.top_k, dim=-1).indices
+    chosen = s.gather(1, idx)
+    p = chosen / chosen.sum(-1, keepdim=True)
+    (p * g).sum().backward()
+    assert torch.equal(info.indices, idx)
+    torch.testing.assert_close(info.weights, p.detach(), rtol=1e-6, atol=1e-7)
+    torch.testing.assert_close(info.scores, s.detach(), rtol=0, atol=0)
+    torch.testing.assert_close(grad_w, moe.router.weight.grad, rtol=1e-5, atol=1e-7)
+    torch.testing.assert_close(grad_x, x.grad, rtol=1e-5, atol=1e-7)
+    with torch.no_grad():                                          # inference: the same routing
+        plain = moe.router(x)
+    assert torch.equal(plain.indices, info.indices) and torch.equal(plain.cutoff, info.cutoff)
+
+
+@pytest.mark.parametrize("shape,m", [((300, 896), 17), ((2, 5, 896), 17), ((64, 64), 5), ((10, 40), 3)])
+def test_grouped_topk_finds_the_largest_values(shape, m):
+    x = torch.randn(*shape, generator=torch.Generator().manual_seed(5))
+    x[..., 7] = x[..., 3]                                           # exact ties too
+    vals, idx = grouped_topk(x, m)
+    ref = torch.topk(x, m, dim=-1)
+    assert torch.equal(vals, ref.values)                            # the same values, sorted
+    assert torch.equal(x.gather(-1, idx), vals)                     # at the indices returned
+    assert (idx.sort(-1).values.diff(dim=-1) > 0).all()             # no index twice
+
+
 def test_expert_load():
     idx = torch.randint(0, 10, (3, 5, 4))
     counts = Counter(idx.reshape(-1).tolist())
@@ -258,6 +299,23 @@ def test_qb_exact_and_histogram():
     whole = QuantileHistogram(b, 4).add(s, b)
     assert h.m == 512 and torch.equal(h.counts, whole.counts)
     assert torch.equal(h.bias(), whole.bias())
+
+
+def test_step_quantile_is_the_exact_quantile_of_the_whole_step():
+    # Eq. 14 over one step's batch routed in micro-batches of different sizes: the merged top margins
+    # give the reference quantile of the concatenated batch exactly.
+    g = torch.Generator().manual_seed(2)
+    s = skewed_scores(g, 600).double()
+    b = torch.randn(64, generator=g, dtype=torch.float64) * 0.1
+    _, _, cutoff = route(s, b, 4)
+    acc = StepQuantile(64, 4, 600)
+    for lo, hi in ((0, 50), (50, 310), (310, 600)):
+        acc.add(s[lo:hi], cutoff[lo:hi])
+    ref = exact_qb_reference(s.numpy(), b.numpy(), 4)
+    np.testing.assert_allclose(acc.bias(centre=False).numpy(), ref, rtol=0, atol=1e-6)   # margins kept in fp32
+    np.testing.assert_allclose(acc.bias().numpy(), ref - ref.mean(), rtol=0, atol=1e-6)
+    with pytest.raises(ValueError, match="600 tokens but 50"):
+        StepQuantile(64, 4, 600).add(s[:50], cutoff[:50]).bias()
 
 
 def test_qb_balances_skewed_scores_in_a_few_steps():

@@ -67,3 +67,43 @@ def test_packed_checkpoint_round_trip(tmp_path, tok):
         load_pretrained(path, card)
     with pytest.raises(CheckpointError, match="missing"):
         load_pretrained(tmp_path / "nope.safetensors", card)
+
+
+def test_first_format_is_refused_and_upgraded(tmp_path, tok):
+    # A file of the first layout (experts [E, in, out], MXFP4 blocks along the output dimension), built
+    # here by hand: the loader refuses it with the fix in the message; upgrade_v1 rewrites it with each
+    # expert [out, in], blocked along the input dimension, from the decoded old values.
+    import json
+    from safetensors.torch import save_file
+    from model.checkpoint import FORMAT, pack_state, sha256, upgrade_v1
+    from model.quant import pack_mxfp4, unpack_mxfp4
+    torch.manual_seed(1)
+    model = K3Model(K3Config.tiny()).eval()
+    packed = pack_state(model)
+    old_values = {}
+    for name, t in model.state_dict().items():
+        if name.endswith((".ffn.w_gate", ".ffn.w_up", ".ffn.w_down")):
+            old = t.transpose(1, 2).contiguous()                       # [E, in, out]
+            codes, scales = pack_mxfp4(old.float())                    # blocks of its flattening
+            packed[name + ".mxfp4_codes"], packed[name + ".mxfp4_scales"] = codes, scales
+            old_values[name] = unpack_mxfp4(codes, scales, old.shape)
+    path, card = tmp_path / "old.safetensors", tmp_path / "old.json"
+    save_file(packed, str(path), metadata={"format": "k3-tiny-mxfp4"})
+    card.write_text(json.dumps({"file": path.name, "sha256": sha256(path), "config": model.cfg.to_dict()}))
+    with pytest.raises(CheckpointError, match="k3-tiny-mxfp4.*model.train"):
+        load_pretrained(path, card)
+    info = upgrade_v1(path, card)
+    assert "format_upgrade" in info
+    loaded, _ = load_pretrained(path, card)
+    w = "layers.7.ffn.w_down"
+    new = loaded.state_dict()[w]                                        # [E, out, in]
+    want = old_values[w].transpose(1, 2)
+    assert new.shape == model.state_dict()[w].shape
+    # re-quantised in blocks of 32 along each expert's rows: exactly MXFP4 of the decoded old values
+    assert torch.equal(new, mx_fake_quant(want.reshape(896, -1), "e2m1", per_row=True).reshape(want.shape))
+    assert (new - want).abs().max() > 0                                 # the re-rounding is real
+    with pytest.raises(CheckpointError, match="not a first-format"):
+        upgrade_v1(path, card)
+    from safetensors import safe_open
+    with safe_open(str(path), "pt") as f:
+        assert f.metadata()["format"] == FORMAT

@@ -80,7 +80,7 @@ def block_sections() -> None:
     else:
         values = weight_block(model, layer, matrix, source, int(block), int(expert))
         where = (f"layer {layer}, routed expert {expert}, {matrix}, values {block * BLOCK}–{block * BLOCK + len(values) - 1} "
-                 "of its row-major flattening" if source == "routed" else
+                 "of its [out, in] matrix read row by row (a block: whole rows of inputs)" if source == "routed" else
                  f"layer {layer}, shared experts' {matrix}, values {block * BLOCK}–{block * BLOCK + len(values) - 1} of "
                  "its row-major flattening")
     steps = explain_block(values, fmt)
