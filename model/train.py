@@ -1,17 +1,23 @@
 """Train the live tiny K3 on the standard library's documentation and code (model/corpus.py).
 
-    python -m model.train [--steps N] [--minutes M] [--batch B] [--seq T] [--fresh]
+    python -m model.train [--steps N] [--minutes M] [--batch B] [--micro b] [--seq T] [--fresh]
 
-* Quantile Balancing after every step (the bias of step s comes from the routing of the last 3 batches,
-  reusing the forwards' top-(k+1) cutoffs; see balance_step), MXFP4 fake-quantised routed experts with
+* Quantile Balancing after every step from that step's whole batch (the K3 report's Eq. 14; gathered
+  over its micro-batches, all routed with the same bias, by StepQuantile, reusing the forwards' top-(k+1)
+  cutoffs; see train_step and balance_step), MXFP4 fake-quantised routed experts with
   MXFP8 activations and a straight-through estimator in the last phase (quantisation-aware pre-training:
   this project's choice; K3 quantises only in post-training, SFT and RL), fused AdamW, fixed seed.
 * A CSV log per step in runs/train_log.csv; resumable from runs/state.safetensors (+ .json), saved
-  every few minutes; the data order depends only on (seed, step), so a resumed run sees the same
+  every few minutes: run the same command again to continue (a state of another corpus, config or
+  schedule is refused). The data order depends only on (seed, step), so a resumed run sees the same
   batches an uninterrupted one would.
-* Device-agnostic: uses CUDA when available, with a larger batch.
-At the end it writes the packed checkpoint to assets/ and copies the log to assets/train_log.csv, then
-calibrates the balancing biases of the shipped (packed, re-loaded) model by Quantile Balancing over
+* Fast on a CPU: attention modules compiled (torch.compile), the router's gradient through the chosen
+  scores only, a two-stage top-k, and an expert dispatch in tiles whose cost does not depend on how
+  skewed the routing is; micro-batches (--micro) keep a step's memory small. bench/bench_train.py
+  measures the step against the step before these.
+* Device-agnostic: uses CUDA when available, with a larger batch (train_gpu.sh: about ten minutes on one GPU).
+When the schedule is complete it writes the packed checkpoint to assets/ and copies the log to
+assets/train_log.csv, then calibrates the balancing biases of the shipped (packed, re-loaded) model by Quantile Balancing over
 far more tokens per update than a CPU training step holds (`calibrate_balance`). Bias only: no weight
 changes. `python -m model.train --calibrate-only` runs just that phase on the shipped checkpoint.
 """
@@ -31,11 +37,11 @@ import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 from tqdm import tqdm
 
-from model.checkpoint import ASSETS, load_pretrained, read_card, save_pretrained
+from model.checkpoint import ASSETS, CARD, CHECKPOINT, load_pretrained, read_card, save_pretrained
 from model.config import K3Config
 from model.corpus import SEPARATOR, documents, fingerprint, split
 from model.k3 import K3Model
-from model.moe import QuantileHistogram, expert_load
+from model.moe import QuantileHistogram, StepQuantile, expert_load
 from model.tokenizer import Tokenizer
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -95,28 +101,55 @@ def evaluate(model: K3Model, val: np.ndarray, T: int, device, n_batches: int = 4
 
 
 @torch.no_grad()
-def balance_step(model: K3Model, routes: dict, history: dict, window: int = 3) -> dict:
-    """Quantile Balancing for every MoE layer; returns load statistics of this batch (measured before
-    the update). The quantile is taken over the last `window` batches (each with the cutoffs it was
-    routed with): with 1,024 tokens a batch gives each of 896 experts only ~18 tokens, too few for a
-    stable quantile, and neighbouring tokens of one text are strongly correlated."""
-    from model.moe import quantile_balance
+def balance_step(model: K3Model, quantiles: dict[int, StepQuantile], loads: dict[int, torch.Tensor]) -> dict:
+    """Quantile Balancing of every MoE layer from one step's batch (the report's Eq. 14): each bias is
+    set from the quantiles gathered over the step's micro-batches, all routed with the bias the step
+    began with. Returns load statistics of the batch, measured before the update."""
     ratios, dead, spread = [], [], []
-    for i, info in routes.items():
-        moe = model.layers[i].ffn
-        E, k = moe.n_experts, info.indices.shape[-1]
-        load = expert_load(info.indices, E).float()
+    for i, acc in quantiles.items():
+        load = loads[i].float()
         ratios.append((load.max() / load.mean()).item())
         dead.append(int((load == 0).sum()))
-        past = history.setdefault(i, [])
-        past.append((info.scores.detach().reshape(-1, E).float(), info.cutoff.detach().reshape(-1).float()))
-        del past[:-window]
-        scores = torch.cat([s for s, _ in past])
-        cutoff = torch.cat([c for _, c in past])
-        moe.router.expert_bias.copy_(quantile_balance(scores, moe.router.expert_bias.float(), k, cutoff=cutoff))
-        spread.append((moe.router.expert_bias.max() - moe.router.expert_bias.min()).item())
+        bias = model.layers[i].ffn.router.expert_bias
+        bias.copy_(acc.bias().to(bias.device, bias.dtype))
+        spread.append((bias.max() - bias.min()).item())
     return {"max_mean_load": max(ratios), "dead_experts": float(np.mean(dead)),
             "bias_spread": float(np.mean(spread))}
+
+
+def train_step(model: K3Model, opt: torch.optim.Optimizer, micro: list[torch.Tensor], lr: float,
+               quant: bool) -> dict:
+    """One optimiser step over the micro-batches `micro` (each [b, T + 1] token ids), then Quantile
+    Balancing from the step's whole batch. Returns the loss and the load statistics."""
+    for g in opt.param_groups:
+        g["lr"] = lr
+    opt.zero_grad(set_to_none=True)
+    cfg = model.cfg
+    tokens = sum(ids.shape[0] * (ids.shape[1] - 1) for ids in micro)
+    quantiles = {i: StepQuantile(cfg.n_routed_experts, cfg.top_k, tokens) for i in cfg.moe_layers}
+    loads = {i: 0 for i in cfg.moe_layers}
+    total = 0.0
+    for ids in micro:
+        out = model(ids[:, :-1], quant=quant, record=False)
+        loss = F.cross_entropy(out.logits.flatten(0, 1).float(), ids[:, 1:].flatten())
+        (loss * (ids.shape[0] * (ids.shape[1] - 1) / tokens)).backward()
+        total += loss.item() * ids.shape[0] * (ids.shape[1] - 1) / tokens
+        for i, info in out.trace.routes.items():
+            E = info.scores.shape[-1]
+            quantiles[i].add(info.scores.reshape(-1, E), info.cutoff.reshape(-1))
+            loads[i] = loads[i] + expert_load(info.indices, E)
+        del out, loss
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    opt.step()
+    return {"loss": total, **balance_step(model, quantiles, loads)}   # the next step routes with the new bias
+
+
+def compile_attention(model: K3Model) -> None:
+    """torch.compile every attention module in place (fixed shapes for a training run: one graph per
+    kind, shared by all 69 KDA and all 24 MLA layers, compiled in about a minute). The MoE layers stay
+    eager: their grouped dispatch has data-dependent group sizes, and compiling them measured slower."""
+    for layer in model.layers:
+        layer.attn.compile()
 
 
 @torch.no_grad()
@@ -157,25 +190,28 @@ def calibrate_balance(model: K3Model, data: np.ndarray, tokens: int = 65536, pas
     return history
 
 
-def calibrate_shipped(tokens: int, passes: int, seed: int = 7) -> dict:
+def calibrate_shipped(tokens: int, passes: int, seed: int = 7, folder: Path = ASSETS) -> dict:
     """Load the shipped checkpoint, calibrate its biases, write it back with the facts kept."""
-    model, tok = load_pretrained()
+    path, card = folder / CHECKPOINT.name, folder / CARD.name
+    model, tok = load_pretrained(path, card)
     train, _, _ = token_arrays(tok)
     t0 = time.time()
     history = calibrate_balance(model, train, tokens, passes, seed=seed)
-    facts = {k: v for k, v in read_card().items() if k not in ("file", "sha256", "bytes", "config")}
+    facts = {k: v for k, v in read_card(card).items() if k not in ("file", "sha256", "bytes", "config")}
     facts["balance_calibration"] = {
         "tokens_per_update": tokens, "passes": passes, "seed": seed, "data": "training split",
         "median_max_mean_load_by_pass": [round(h, 3) for h in history],
         "minutes": round((time.time() - t0) / 60, 1),
         "what": "Quantile Balancing of the expert biases only, on the shipped (MXFP4/bf16) weights",
     }
-    info = save_pretrained(model, facts)
+    info = save_pretrained(model, facts, path, card)
     print(f"saved {info['file']} with calibrated biases ({info['bytes'] / 1e6:.1f} MB)")
     return info
 
 
-def save_state(model, opt, step: int, args: dict, path: Path = RUNS / "state"):
+def save_state(model, opt, step: int, args: dict, path: Path = RUNS / "state", meta: dict | None = None):
+    """Model, optimiser and step as safetensors (+ a JSON of the run's arguments and `meta`: the corpus
+    fingerprint and the config, which a resumed run must match)."""
     tensors = {f"model.{k}": v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
     names = {id(p): n for n, p in model.named_parameters()}
     for group in opt.param_groups:
@@ -188,11 +224,31 @@ def save_state(model, opt, step: int, args: dict, path: Path = RUNS / "state"):
     tmp = path.with_suffix(".tmp")
     save_file(tensors, str(tmp))
     tmp.replace(path.with_suffix(".safetensors"))
-    path.with_suffix(".json").write_text(json.dumps({"step": step, "args": args}))
+    args = {k: (str(v) if isinstance(v, Path) else v) for k, v in args.items()}
+    path.with_suffix(".json").write_text(json.dumps({"step": step, "args": args, **(meta or {})}))
 
 
-def load_state(model, opt, path: Path = RUNS / "state") -> int:
+FIT_AFTER = 7           # --fit-minutes: the step after which the number of steps is fixed
+FIT_RESERVE_S = 60      # ... leaving this much of the budget for evaluation, export and calibration
+
+# arguments a resumed run must share with the saved one: they fix the data order and the schedule
+RESUME_ARGS = ("steps", "batch", "seq", "seed", "lr", "quant_from")
+
+
+def load_state(model, opt, path: Path = RUNS / "state", expect: dict | None = None,
+               args: dict | None = None) -> int:
+    """Restore a saved run; refuses (SystemExit with the reason) a state of another corpus, config or
+    schedule, rather than continuing a different run."""
     meta = json.loads(path.with_suffix(".json").read_text())
+    for key, want in (expect or {}).items():
+        if meta.get(key) != want:
+            raise SystemExit(f"{path.with_suffix('.json')} was saved by a run with another {key.replace('_', ' ')} "
+                             f"than this one: start over with --fresh (or point --runs at another folder)")
+    saved = meta.get("args", {})
+    for key in RESUME_ARGS:
+        if args is not None and key in saved and saved[key] is not None and args.get(key) != saved[key]:
+            raise SystemExit(f"the saved run used --{key.replace('_', '-')} {saved[key]}, this one "
+                             f"{args.get(key)}: resume with the same value or start over with --fresh")
     tensors = load_file(str(path.with_suffix(".safetensors")))
     model.load_state_dict({k[6:]: v for k, v in tensors.items() if k.startswith("model.")})
     params = dict(model.named_parameters())
@@ -209,9 +265,16 @@ def load_state(model, opt, path: Path = RUNS / "state") -> int:
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--steps", type=int, default=1100, help="total optimiser steps (sets the schedule)")
-    ap.add_argument("--minutes", type=float, default=90, help="stop (and export) after this wall time")
-    ap.add_argument("--batch", type=int, default=None, help="sequences per step (default 8 CPU, 64 CUDA)")
+    ap.add_argument("--steps", type=int, default=1300, help="total optimiser steps (sets the schedule)")
+    ap.add_argument("--minutes", type=float, default=180,
+                    help="stop after this wall time (saving the state; run again to continue)")
+    ap.add_argument("--fit-minutes", type=float, default=None,
+                    help="set --steps from the speed of the first steps so that the whole schedule ends in "
+                         "about this many minutes (a fresh run on a lent GPU)")
+    ap.add_argument("--batch", type=int, default=None, help="sequences per step (default 32 CPU, 256 CUDA)")
+    ap.add_argument("--micro", type=int, default=None,
+                    help="sequences per forward; a step accumulates batch/micro of them (default 8 CPU, "
+                         "the whole batch CUDA)")
     ap.add_argument("--seq", type=int, default=128)
     ap.add_argument("--lr", type=float, default=3e-3)
     ap.add_argument("--quant-from", type=float, default=0.7, help="fraction of steps after which MXFP4 is on")
@@ -219,6 +282,9 @@ def main(argv=None):
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--fresh", action="store_true", help="ignore a saved state and start over")
     ap.add_argument("--save-every", type=float, default=5.0, help="minutes between saved states")
+    ap.add_argument("--no-compile", action="store_true", help="run the attention modules eagerly")
+    ap.add_argument("--runs", type=Path, default=RUNS, help="folder for the state and the log")
+    ap.add_argument("--out", type=Path, default=ASSETS, help="folder the finished checkpoint, card and log go to")
     ap.add_argument("--calibrate-tokens", type=int, default=65536, help="tokens per bias update at the end")
     ap.add_argument("--calibrate-passes", type=int, default=4)
     ap.add_argument("--calibrate-only", action="store_true",
@@ -227,11 +293,14 @@ def main(argv=None):
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.calibrate_only:
-        calibrate_shipped(args.calibrate_tokens, args.calibrate_passes)
+        calibrate_shipped(args.calibrate_tokens, args.calibrate_passes, folder=args.out)
         return
 
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    B = args.batch or (64 if device.type == "cuda" else 8)
+    B = args.batch or (256 if device.type == "cuda" else 32)
+    micro = args.micro or (B if device.type == "cuda" else min(B, 8))
+    if B % micro:
+        raise SystemExit(f"--batch {B} is not a multiple of --micro {micro}")
     torch.manual_seed(args.seed)
     tok = Tokenizer.load()
     train, val, data_facts = token_arrays(tok)
@@ -245,11 +314,15 @@ def main(argv=None):
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
                             lr=args.lr, betas=(0.9, 0.95), fused=True)
 
-    RUNS.mkdir(exist_ok=True)
-    log_path = RUNS / "train_log.csv"
+    runs = args.runs
+    runs.mkdir(parents=True, exist_ok=True)
+    log_path, state_path = runs / "train_log.csv", runs / "state"
     start = 0
-    if not args.fresh and (RUNS / "state.json").exists():
-        start = load_state(model, opt)
+    if not args.fresh and state_path.with_suffix(".json").exists():
+        if args.fit_minutes:   # a fitted run continues with the number of steps it fixed
+            args.steps = json.loads(state_path.with_suffix(".json").read_text())["args"].get("steps", args.steps)
+        start = load_state(model, opt, state_path, expect={"corpus_fingerprint": data_facts["corpus_fingerprint"],
+                                                           "config": cfg.to_dict()}, args={**vars(args), "batch": B})
         rows = list(csv.DictReader(open(log_path))) if log_path.exists() else []
         rows = [r for r in rows if int(r["step"]) < start]
         print(f"resuming at step {start}")
@@ -261,28 +334,23 @@ def main(argv=None):
         w.writerows(rows)
     log = open(log_path, "a", newline="")
     writer = csv.DictWriter(log, LOG_FIELDS)
+    if not args.no_compile:
+        compile_attention(model)
 
     quant_from = int(args.quant_from * args.steps)
     t_start, last_save = time.time(), time.time()
     tokens_per_step = B * args.seq
-    bar = tqdm(range(start, args.steps), initial=start, total=args.steps, desc="training", unit="step")
-    step, history = start, {}
-    for step in bar:
+    state_meta = {"corpus_fingerprint": data_facts["corpus_fingerprint"], "config": cfg.to_dict()}
+    bar = tqdm(total=args.steps, initial=start, desc="training", unit="step")
+    step, durations = start, []
+    while step < args.steps:
         t0 = time.time()
         rng = np.random.default_rng([args.seed, step])
         ids = batch(train, rng, B, args.seq, device)
         lr = lr_at(step, args.steps, args.lr, warmup=50)
-        for g in opt.param_groups:
-            g["lr"] = lr
         quant = step >= quant_from
-        out = model(ids[:, :-1], quant=quant, record=False)
-        loss = F.cross_entropy(out.logits.flatten(0, 1).float(), ids[:, 1:].flatten())
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        stats = balance_step(model, out.trace.routes, history)   # the next batch routes with the new bias
-        row = {"step": step, "tokens": (step + 1) * tokens_per_step, "loss": round(loss.item(), 4),
+        stats = train_step(model, opt, list(ids.split(micro)), lr, quant)
+        row = {"step": step, "tokens": (step + 1) * tokens_per_step, "loss": round(stats["loss"], 4),
                "val_loss": "", "lr": f"{lr:.3g}", "quant": int(quant),
                "max_mean_load": round(stats["max_mean_load"], 3), "dead_experts": stats["dead_experts"],
                "bias_spread": round(stats["bias_spread"], 4), "seconds": round(time.time() - t0, 2)}
@@ -293,20 +361,39 @@ def main(argv=None):
         writer.writerow(row)
         log.flush()
         bar.set_postfix(loss=row["loss"], load=row["max_mean_load"], q=int(quant))
+        bar.update()
+        durations.append(time.time() - t0)
+        if args.fit_minutes and start == 0 and step == FIT_AFTER:
+            # steps 2..FIT_AFTER are warm (compiled); the warm-up of the schedule (50 steps) does not
+            # depend on the total, so fixing it here changes no step already taken
+            per_step = float(np.median(durations[2:]))
+            left = args.fit_minutes * 60 - (time.time() - t_start) - FIT_RESERVE_S
+            args.steps = max(step + 1, step + 1 + int(left / per_step))
+            quant_from = int(args.quant_from * args.steps)
+            bar.total = args.steps
+            print(f"\n{per_step:.2f} s a step: {args.steps} steps fit in {args.fit_minutes} minutes "
+                  f"({args.steps * tokens_per_step:,} tokens)")
+        step += 1
         out_of_time = (time.time() - t_start) / 60 > args.minutes
         if time.time() - last_save > args.save_every * 60 or out_of_time:
-            save_state(model, opt, step + 1, vars(args))
+            save_state(model, opt, step, {**vars(args), "batch": B}, state_path, state_meta)
             last_save = time.time()
         if out_of_time:
-            print(f"time budget of {args.minutes} min reached at step {step + 1}")
+            print(f"time budget of {args.minutes} min reached at step {step}")
             break
+    bar.close()
     log.close()
-    steps_done = step + 1
-    save_state(model, opt, steps_done, vars(args))
+    steps_done = step
+    save_state(model, opt, steps_done, {**vars(args), "batch": B}, state_path, state_meta)
+    if steps_done < args.steps:
+        print(f"stopped at step {steps_done} of {args.steps}: run the same command again to continue; "
+              f"the checkpoint is written when the schedule is complete")
+        return
     model.eval()
     final_val = evaluate(model, val, args.seq, device, quant=True)
     facts = {
-        "steps": steps_done, "tokens_seen": steps_done * tokens_per_step, "batch": B, "seq_len": args.seq,
+        "steps": steps_done, "tokens_seen": steps_done * tokens_per_step, "batch": B, "micro_batch": micro,
+        "seq_len": args.seq, "balancing": "Quantile Balancing after every step from that step's whole batch (Eq. 14)",
         "lr": args.lr, "quant_from_step": quant_from, "seed": args.seed,
         "hardware": (torch.cuda.get_device_name() if device.type == "cuda"
                      else f"CPU, {torch.get_num_threads()} threads"),
@@ -315,11 +402,13 @@ def main(argv=None):
         "data": data_facts, "tokenizer": "byte-level BPE, 4,096 pieces (assets/tokenizer.json)",
         "corpus_licence": "Python Software Foundation License (CPython standard library docs and code)",
     }
-    info = save_pretrained(model.cpu(), facts)
-    shutil.copy(log_path, ASSETS / "train_log.csv")
+    args.out.mkdir(parents=True, exist_ok=True)
+    info = save_pretrained(model.cpu(), facts, args.out / CHECKPOINT.name, args.out / CARD.name)
+    shutil.copy(log_path, args.out / "train_log.csv")
+
     print(f"saved {info['file']} ({info['bytes'] / 1e6:.1f} MB), val loss {untrained_val:.3f} -> {final_val:.3f}")
     if args.calibrate_passes > 0:
-        calibrate_shipped(args.calibrate_tokens, args.calibrate_passes)
+        calibrate_shipped(args.calibrate_tokens, args.calibrate_passes, folder=args.out)
 
 
 if __name__ == "__main__":

@@ -9,6 +9,9 @@ from app.model_card import balanced_floor, config_table, load_json, train_log
 from model.config import K3Config
 
 TINY = K3Config.tiny()
+# how the shipped instance balanced during training, for a card written before runs recorded it
+QB_WINDOW = ("Quantile Balancing after every step from the routing of the last 3 batches (this run's choice; "
+             "`python -m model.train` now uses one step's whole batch, the report's Eq. 14)")
 
 view = state.page()
 ui.page_header(
@@ -45,7 +48,7 @@ if card:
         f"- **Training**: `python -m model.train`: {card.get('steps', 0):,} steps of {card.get('batch')} x "
         f"{card.get('seq_len')} tokens in {card.get('train_minutes_this_run', '?')} minutes on "
         f"{card.get('hardware', '?')}, AdamW (peak learning rate "
-        f"{card.get('lr')}), Quantile Balancing after every step, and routed experts quantised to MXFP4 "
+        f"{card.get('lr')}), {card.get('balancing', QB_WINDOW)}, and routed experts quantised to MXFP4 "
         f"with MXFP8 activations from step {card.get('quant_from_step', 0):,} on, trained through the rounding with "
         "a straight-through estimator: this quantisation-aware pre-training is this project's choice (K3 trains "
         "with quantisation only in post-training, SFT and RL, K3 report section 4.1, and names no estimator), "
@@ -54,6 +57,16 @@ if card:
         f"per byte plus one power-of-two scale byte per 32 values), everything else bf16; SHA-256 "
         f"`{card.get('sha256', '')[:16]}…` checked on every load (loaded in "
         f"{getattr(lv.model, 'load_seconds', 0):.1f} s here).")
+    up = card.get("format_upgrade")
+    if up:
+        ce = up.get("held_out_cross_entropy", {})
+        st.markdown(
+            "- **Layout**: each routed expert is stored [out, in], as `nn.Linear` does, so an MXFP4 block of 32 "
+            "runs along the input dimension as in the OCP MX spec and K3's checkpoint (a tiny row of 16 or 8 inputs "
+            "is half or a quarter of a block). This instance was trained with blocks along the output dimension; "
+            "its trained weights were decoded, transposed and re-quantised in the new blocks, with no training "
+            "(`python -m model.checkpoint --upgrade`)"
+            + (f": held-out loss {ce['before']:.4f} before, {ce['after']:.4f} after (computed)." if ce else "."))
     cal = card.get("balance_calibration")
     if cal:
         st.markdown(
@@ -136,9 +149,11 @@ if log is not None:
              "almost no expert is left without tokens. Shaded: the quantisation-aware phase.",
              alt="Training loss, validation loss and expert load balance per training step.")
     ui.chart(bias_figure(log),
-             "How far apart the balancing biases of the experts sit: after every step QB sets them from the routing "
-             "of the last 3 batches (a window this project chose, since one 1,024-token batch gives each expert "
-             "about 18 tokens), with no learning rate; the balance calibration then re-sets them once more.",
+             "How far apart the balancing biases of the experts sit: after every step QB sets them "
+             + ("from that step's whole batch (Eq. 14)" if card and card.get("balancing") else
+                "from the routing of the last 3 batches (a window this run used, since one 1,024-token batch gives "
+                "each expert about 18 tokens; `python -m model.train` now takes one step's whole batch, Eq. 14)")
+             + ", with no learning rate; the balance calibration then re-sets them once more.",
              alt="Spread of the balancing bias over training steps.")
 
 st.subheader("Its configuration beside Kimi K3's")

@@ -1,0 +1,103 @@
+"""The training step (model/train.py): one step's Quantile Balancing, resuming, the GPU script."""
+from __future__ import annotations
+
+import copy
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from model import train as T
+from model.config import K3Config
+from model.k3 import K3Model
+from model.moe import quantile_balance
+
+MICRO = K3Config.micro()
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _model_and_opt(seed=0):
+    torch.manual_seed(seed)
+    model = K3Model(MICRO).train()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    return model, opt
+
+
+def test_one_step_balances_from_its_whole_batch():
+    # Eq. 14: after a step, every bias is the QB solution of that step's whole batch routed with the
+    # bias the step began with, even when the step routes the batch in two micro-batches.
+    model, opt = _model_and_opt()
+    for i in MICRO.moe_layers:                                      # a start away from zero
+        model.layers[i].ffn.router.expert_bias.copy_(torch.randn(MICRO.n_routed_experts) * 0.05)
+    ids = torch.randint(0, MICRO.vocab_size, (6, 17), generator=torch.Generator().manual_seed(1))
+    before = copy.deepcopy(model).eval()
+    with torch.no_grad():
+        ref = before(ids[:, :-1], record=False)
+    stats = T.train_step(model, opt, list(ids.split(4)), 1e-3, quant=False)   # pieces of 4 and 2
+    for i in MICRO.moe_layers:
+        info = ref.trace.routes[i]
+        E = info.scores.shape[-1]
+        want = quantile_balance(info.scores.reshape(-1, E), before.layers[i].ffn.router.expert_bias,
+                                MICRO.top_k)
+        torch.testing.assert_close(model.layers[i].ffn.router.expert_bias, want, rtol=0, atol=1e-6)
+    want_loss = F.cross_entropy(ref.logits.flatten(0, 1), ids[:, 1:].flatten()).item()
+    assert stats["loss"] == pytest.approx(want_loss, rel=1e-5)     # the whole batch's mean loss
+    assert stats["max_mean_load"] >= 1.0 and 0 <= stats["dead_experts"] <= MICRO.n_routed_experts
+
+
+def test_micro_batches_give_the_whole_batch_gradient():
+    # plain SGD, so the update is the gradient itself (Adam's first step is about sign(g), which
+    # would magnify rounding noise in near-zero gradients)
+    a, _ = _model_and_opt()
+    b = copy.deepcopy(a)
+    opt_a, opt_b = torch.optim.SGD(a.parameters(), lr=1.0), torch.optim.SGD(b.parameters(), lr=1.0)
+    ids = torch.randint(0, MICRO.vocab_size, (4, 13), generator=torch.Generator().manual_seed(2))
+    start = copy.deepcopy(a)
+    T.train_step(a, opt_a, [ids], 1.0, quant=False)
+    T.train_step(b, opt_b, list(ids.split(1)), 1.0, quant=False)
+    moved = 0
+    for (name, p), q, p0 in zip(a.named_parameters(), b.parameters(), start.parameters()):
+        torch.testing.assert_close(p - p0, q - p0, rtol=1e-4, atol=1e-6, msg=name)
+        moved += int(not torch.equal(p, p0))
+    assert moved > 100
+
+
+def test_resume_refuses_another_run(tmp_path):
+    model, opt = _model_and_opt()
+    T.train_step(model, opt, [torch.randint(0, MICRO.vocab_size, (2, 9))], 1e-3, quant=False)
+    meta = {"corpus_fingerprint": "abc", "config": MICRO.to_dict()}
+    args = {"steps": 10, "batch": 2, "seq": 8, "seed": 0, "lr": 1e-3, "quant_from": 0.7}
+    T.save_state(model, opt, 1, args, tmp_path / "state", meta)
+    fresh, fresh_opt = _model_and_opt(seed=1)
+    assert T.load_state(fresh, fresh_opt, tmp_path / "state", expect=meta, args=args) == 1
+    for p, q in zip(model.state_dict().values(), fresh.state_dict().values()):
+        assert torch.equal(p, q)
+    with pytest.raises(SystemExit, match="another corpus fingerprint"):
+        T.load_state(fresh, fresh_opt, tmp_path / "state", expect={**meta, "corpus_fingerprint": "xyz"})
+    with pytest.raises(SystemExit, match="another config"):
+        T.load_state(fresh, fresh_opt, tmp_path / "state",
+                     expect={**meta, "config": K3Config.tiny().to_dict()})
+    with pytest.raises(SystemExit, match="--batch 2, this one 8"):
+        T.load_state(fresh, fresh_opt, tmp_path / "state", expect=meta, args={**args, "batch": 8})
+
+
+def test_gpu_script_runs_end_to_end_on_the_cpu(tmp_path):
+    # The prepared GPU run, shrunk to seconds: fits the number of steps to its budget, writes the
+    # checkpoint, card and log to OUT, and the checkpoint loads as the shipped one does.
+    env = {**os.environ, "OUT": str(tmp_path), "BATCH": "2", "SEQ": "16", "MINUTES": "1"}
+    out = subprocess.run(["bash", str(ROOT / "train_gpu.sh"), "--no-compile", "--calibrate-passes", "0"],
+                         env=env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    assert "steps fit in 1.0 minutes" in out.stdout
+    card = json.loads((tmp_path / "k3_tiny.json").read_text())
+    assert card["steps"] == T.FIT_AFTER + 1 and card["batch"] == 2 and card["seq_len"] == 16
+    log = (tmp_path / "train_log.csv").read_text().splitlines()
+    assert len(log) == 1 + card["steps"]
+    assert not (tmp_path / "runs").exists()
+    from model.checkpoint import load_pretrained
+    model, _ = load_pretrained(tmp_path / "k3_tiny.safetensors", tmp_path / "k3_tiny.json")
+    assert sum(p.numel() for p in model.parameters()) > 30_000_000
