@@ -71,3 +71,19 @@ def balanced_floor(tokens: int, n_experts: int = 896, top_k: int = 16, layers: i
     loads = rng.binomial(tokens, p, size=(trials, layers, n_experts))
     ratio = loads.max(-1) / (tokens * p)                                       # [trials, layers]
     return {"median_layer": float(np.median(np.median(ratio, 1))), "worst_layer": float(np.median(ratio.max(1)))}
+
+
+def next_token_table(next_tokens: dict) -> pd.DataFrame:
+    """One row per prompt of model.evaluate's next-token evidence: the prompt and its five most likely
+    next tokens with their probabilities, spaces and newlines made visible (␣, ↵): a table cell would
+    swallow them, and "↵" alone could not tell a bare newline from a newline and an indent."""
+    from app.text import token_text
+    rows = []
+    for kind, entry in next_tokens.items():
+        prompt = token_text(entry["prompt"], 60)
+        lead = len(prompt) - len(prompt.lstrip(" "))
+        row = {"prompt": f"{kind}: {'␣' * lead}{prompt[lead:]}"}
+        for rank, t in enumerate(entry["top5"], 1):
+            row[f"#{rank}"] = f"{token_text(t['piece']).replace(' ', '␣')}  {t['prob']:.0%}"
+        rows.append(row)
+    return pd.DataFrame(rows)

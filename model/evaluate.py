@@ -31,6 +31,9 @@ from model.tokenizer import Tokenizer
 EVAL_PATH = ASSETS / "k3_tiny_eval.json"
 CLASSES = ("word", "digit", "punct", "space", "keyword")
 SAMPLE_PROMPTS = ("    if ", "Return the ")   # one inside code, one starting a docstring sentence
+# the prompts whose five most likely next tokens the Model card shows: one of prose, one of code
+NEXT_PROMPTS = {"prose": "If the argument is omitted, the default value of the",
+                "code": "    for i in range("}
 CHUNK = 128
 BATCH_WINDOWS = 512     # a held-out batch of 512 x 128 = 65,536 tokens, one calibration update's worth
 
@@ -128,6 +131,19 @@ def greedy(model: K3Model, tok: Tokenizer, prompt: str, n: int = 40) -> str:
     return tok.decode(gen)
 
 
+@torch.no_grad()
+def top_next(model: K3Model, tok: Tokenizer, prompt: str, n: int = 5) -> list[dict]:
+    """The n most likely next tokens after `prompt`: piece and probability, most likely first."""
+    logits = model(torch.tensor([tok.encode(prompt)]), record=False).logits[0, -1].float()
+    p = torch.softmax(logits, -1)
+    top = torch.topk(p, n)
+    return [{"piece": tok.decode([int(i)]), "prob": round(float(v), 4)} for v, i in zip(top.values, top.indices)]
+
+
+def next_tokens(model: K3Model, tok: Tokenizer) -> dict:
+    return {kind: {"prompt": prompt, "top5": top_next(model, tok, prompt)} for kind, prompt in NEXT_PROMPTS.items()}
+
+
 def main(n_tokens: int = 16384):
     from model.train import token_arrays
     t0 = time.time()
@@ -147,6 +163,7 @@ def main(n_tokens: int = 16384):
         "load_training_batch": load_on_windows(model, train, n_windows=BATCH_WINDOWS, seed=999),
         "untrained": measure(untrained, tok, val, n_tokens),
         "greedy_samples": [{"prompt": p, "text": greedy(model, tok, p)} for p in SAMPLE_PROMPTS],
+        "next_tokens": next_tokens(model, tok),
         "seconds": None,
     }
     result["seconds"] = round(time.time() - t0, 1)
@@ -163,4 +180,14 @@ def main(n_tokens: int = 16384):
 
 
 if __name__ == "__main__":
-    main()
+    import argparse
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--only-next", action="store_true",
+                    help="only (re)compute the next-token table of an existing evaluation file")
+    if ap.parse_args().only_next:
+        ev = json.loads(EVAL_PATH.read_text())
+        ev["next_tokens"] = next_tokens(*load_pretrained())
+        EVAL_PATH.write_text(json.dumps(ev, indent=1))
+        print(json.dumps(ev["next_tokens"], indent=1))
+    else:
+        main()

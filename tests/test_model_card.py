@@ -48,3 +48,29 @@ def test_balanced_floor_matches_the_binomial_and_shrinks_with_more_tokens():
     assert 1.0 < big["median_layer"] < 1.15 < small["median_layer"]
     one = balanced_floor(16384, n_experts=4, top_k=4, layers=1)   # every token picks every expert
     assert one["median_layer"] == one["worst_layer"] == 1.0
+
+
+def test_top_next_is_the_softmax_top_five_and_the_table_shows_it():
+    # top_next against the logits computed here by a separate forward: the same 5 tokens, their
+    # softmax probabilities, most likely first; the card's table makes spaces and newlines visible.
+    import torch
+    from app.model_card import next_token_table
+    from model.config import K3Config
+    from model.evaluate import top_next
+    from model.k3 import K3Model
+    from model.tokenizer import Tokenizer
+    tok = Tokenizer.load()
+    torch.manual_seed(0)
+    model = K3Model(K3Config.tiny()).eval()
+    prompt = "    for i in range("
+    got = top_next(model, tok, prompt)
+    with torch.no_grad():
+        logits = model(torch.tensor([tok.encode(prompt)])).logits[0, -1].double()
+    p = torch.softmax(logits, -1)
+    order = torch.argsort(p, descending=True)[:5]
+    assert [g["piece"] for g in got] == [tok.decode([int(i)]) for i in order]
+    assert [g["prob"] for g in got] == [round(float(p[i]), 4) for i in order]
+    table = next_token_table({"code": {"prompt": prompt, "top5": [{"piece": "\n  ", "prob": 0.5},
+                                                                   {"piece": " the", "prob": 0.25}]}})
+    assert table.iloc[0]["prompt"] == "code: ␣␣␣␣for i in range("
+    assert table.iloc[0]["#1"] == "↵␣␣  50%" and table.iloc[0]["#2"] == "␣the  25%"

@@ -5,7 +5,7 @@ from app import state, ui
 from app.charts.model_card import bias_figure, training_figure
 from app.balance import LIVE_TARGET
 from app.live import banner, live
-from app.model_card import balanced_floor, config_table, load_json, train_log
+from app.model_card import balanced_floor, config_table, load_json, next_token_table, train_log
 from model.config import K3Config
 
 TINY = K3Config.tiny()
@@ -136,6 +136,16 @@ if ev:
         st.code(g["prompt"] + g["text"], language=None)
     st.caption("A tiny model trained for about an hour on a CPU: expect plausible Python-documentation "
                "texture, not sense.")
+    nxt = ev.get("next_tokens")
+    if nxt:
+        st.markdown("**Its five most likely next tokens** (computed by `python -m model.evaluate`) after a "
+                    "prose prompt and a code prompt:")
+        st.dataframe(next_token_table(nxt), hide_index=True, width="stretch")
+        if card and card.get("data", {}).get("train_tokens"):
+            epochs = card.get("tokens_seen", 0) / card["data"]["train_tokens"]
+            st.caption(f"␣ is a space, ↵ a line break. This instance saw {epochs:.1f} passes over its training text, "
+                       "so after prose it mostly predicts layout (line breaks, quote marks) rather than words; after "
+                       "code its guesses are at least names and numbers.")
 else:
     st.info("No evaluation found (assets/k3_tiny_eval.json): run `python -m model.evaluate`.")
 
