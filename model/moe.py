@@ -419,23 +419,22 @@ class StepQuantile:
     def __init__(self, n_experts: int, top_k: int, tokens: int):
         self.E, self.top_k, self.tokens = n_experts, top_k, tokens
         self.r = _target_rank(tokens, top_k, n_experts) + 1
-        self.best: torch.Tensor | None = None      # [E, <= r] largest margins so far, per expert
+        self.best: torch.Tensor | None = None      # [<= r, E] largest margins so far, per expert
         self.seen = 0
 
     def add(self, scores: torch.Tensor, cutoff: torch.Tensor) -> "StepQuantile":
         """scores [m, E] of one piece, cutoff [m] its (k+1)-th biased scores (RouteInfo.cutoff)."""
-        margin = (scores.detach().float() - cutoff.detach().float().unsqueeze(1)).T     # [E, m]
+        margin = scores.detach().float() - cutoff.detach().float().unsqueeze(1)    # [m, E]
         if self.best is not None:
-            margin = torch.cat([self.best, margin], 1)
-        # per expert along the last dim (contiguous): the two-stage top-k, exact in value
-        self.best = grouped_topk(margin.contiguous(), min(self.r, margin.shape[1]))[0]   # [E, <= r]
+            margin = torch.cat([self.best, margin])
+        self.best = torch.topk(margin, min(self.r, margin.shape[0]), dim=0).values   # [<= r, E]
         self.seen += scores.shape[0]
         return self
 
     def bias(self, centre: bool = True) -> torch.Tensor:
         if self.seen != self.tokens:
             raise ValueError(f"the step's batch has {self.tokens} tokens but {self.seen} were added")
-        b_hat = -self.best[:, self.r - 1]                                         # [E]
+        b_hat = -self.best[self.r - 1]                                            # [E]
         return b_hat - b_hat.mean() if centre else b_hat
 
 
