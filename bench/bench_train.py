@@ -22,14 +22,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 BEFORE = "2036395"   # main before the faster training step (router gradient, top-k, tiles, compile)
 
-# The step as model/train.py ran it at BEFORE: one forward per batch, the balancing window of 3 batches.
-OLD_STEP = r"""
+# What both steps start from, written against names both trees have (the earlier tree has no helper
+# for it): arguments B T warmup steps micro, the corpus, a fresh tiny K3 and model/train.py's AdamW.
+SETUP = r"""
 import json, sys, time, numpy as np, torch, torch.nn.functional as F
 from model.config import K3Config
 from model.k3 import K3Model
 from model.tokenizer import Tokenizer
-from model.train import balance_step, batch, token_arrays
-B, T, warmup, steps = map(int, sys.argv[1:5])
+from model.train import token_arrays
+B, T, warmup, steps, micro = map(int, sys.argv[1:6])
 torch.manual_seed(0)
 train, _, _ = token_arrays(Tokenizer.load())
 model = K3Model(K3Config.tiny()).train()
@@ -37,6 +38,11 @@ decay = [p for n, p in model.named_parameters() if p.dim() >= 2 and "embed" not 
 rest = [p for n, p in model.named_parameters() if not (p.dim() >= 2 and "embed" not in n)]
 opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": rest, "weight_decay": 0.0}],
                         lr=3e-3, betas=(0.9, 0.95), fused=True)
+"""
+
+# The step as model/train.py ran it at BEFORE: one forward per batch, the balancing window of 3 batches.
+OLD_STEP = SETUP + r"""
+from model.train import balance_step, batch
 history, times = {}, []
 for s in range(warmup + steps):
     ids = batch(train, np.random.default_rng([0, s]), B, T, "cpu")
@@ -54,20 +60,8 @@ print(json.dumps({"seconds": times[warmup:]}))
 
 # Today's step: model.train.train_step with the attention modules compiled, the batch routed in
 # micro-batches as `python -m model.train` does on a CPU.
-NEW_STEP = r"""
-import json, sys, time, numpy as np, torch
-from model.config import K3Config
-from model.k3 import K3Model
-from model.tokenizer import Tokenizer
-from model.train import batch, compile_attention, token_arrays, train_step
-B, T, warmup, steps, micro = map(int, sys.argv[1:6])
-torch.manual_seed(0)
-train, _, _ = token_arrays(Tokenizer.load())
-model = K3Model(K3Config.tiny()).train()
-decay = [p for n, p in model.named_parameters() if p.dim() >= 2 and "embed" not in n]
-rest = [p for n, p in model.named_parameters() if not (p.dim() >= 2 and "embed" not in n)]
-opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": rest, "weight_decay": 0.0}],
-                        lr=3e-3, betas=(0.9, 0.95), fused=True)
+NEW_STEP = SETUP + r"""
+from model.train import batch, compile_attention, train_step
 compile_attention(model)
 times = []
 for s in range(warmup + steps):
@@ -104,7 +98,7 @@ def main(argv=None):
                        capture_output=True)
         try:
             env = {**os.environ, "PYTHONPATH": str(tree)}
-            results["before"] = run(OLD_STEP, tree, [a.batch, a.seq, a.warmup, a.steps], env)
+            results["before"] = run(OLD_STEP, tree, [a.batch, a.seq, a.warmup, a.steps, a.batch], env)
         finally:
             subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=ROOT, capture_output=True)
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
