@@ -8,6 +8,8 @@
 # cosine decay, the quantisation-aware last 30%) ends inside MINUTES, leaving time for the export and
 # the balance calibration. BATCH sequences of SEQ tokens per step (256 x 128 = 32,768 tokens).
 # Extra arguments go to `python -m model.train` (e.g. --micro 64 when memory is short).
+# Without Debian's python3.11-doc (the corpus's documentation pages) the one token cache in runs/
+# (runs/tokens-<corpus>-<tokenizer>.npz, built by `python -m model.train` where the package is) is used.
 set -euo pipefail
 cd "$(dirname "$0")"
 OUT="${OUT:-assets}"

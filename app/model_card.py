@@ -87,3 +87,61 @@ def next_token_table(next_tokens: dict) -> pd.DataFrame:
             row[f"#{rank}"] = f"{token_text(t['piece']).replace(' ', '␣')}  {t['prob']:.0%}"
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+KIND_NAMES = {"docstring": "docstrings of the standard library", "manual": "reference-manual topics (pydoc_data)",
+              "code": "standard-library source code",
+              "guide": "pages of the Python documentation (tutorial, HOWTOs, FAQ, library reference; Debian's python3.11-doc)"}
+
+
+def corpus_parts(data: dict) -> str | None:
+    """The training text's kinds with their share of its characters, from the card's `kinds`
+    (written by model.train since the documentation pages joined the corpus); None for older cards."""
+    kinds = data.get("kinds")
+    if not kinds:
+        return None
+    total = sum(kinds.values())
+    return "; ".join(f"{KIND_NAMES.get(k, k)} ({c / total:.0%})" for k, c in kinds.items())
+
+
+def next_token_reading(next_tokens: dict) -> str:
+    """What the next-token table shows, read off it: after prose, are the guesses mostly layout
+    (spaces, line breaks, punctuation) or words? After code, names and numbers or layout?"""
+    from model.evaluate import char_class
+    def layout(entry):
+        return sum(char_class(t["piece"]) in ("space", "punct") for t in entry["top5"])
+    out = []
+    for kind, entry in next_tokens.items():
+        n = layout(entry)
+        if n >= 3:
+            out.append(f"after {kind} it mostly predicts layout ({n} of its 5 guesses are spaces, line breaks or "
+                       "punctuation)")
+        else:
+            out.append(f"after {kind} {5 - n} of its 5 guesses are words, names or numbers")
+    return "; ".join(out)
+
+
+def held_out_summary(ev: dict) -> str | None:
+    """The cross-entropies of model.evaluate's held-out windows as one paragraph: over the whole held-out
+    split (the training mix) and over the earlier corpus's split, for this instance, the untrained one,
+    the unigram baseline and, when recorded, the instance this one replaced. None for older files."""
+    hw = ev.get("held_out_windows")
+    if not hw:
+        return None
+    tr, un, uni = hw["trained"], hw["untrained"], hw["unigram"]
+    n = tr["whole_split"]["tokens"]
+    text = (f"On {tr['whole_split']['windows']} windows ({n:,} tokens) spread over the whole held-out split, "
+            f"which has the training mix: **{tr['whole_split']['cross_entropy']:.2f}** nats per token (untrained "
+            f"{un['whole_split']['cross_entropy']:.2f}, unigram {uni['whole_split']:.2f}). Over the held-out split "
+            f"of the earlier corpus (without the documentation pages; still held out): "
+            f"**{tr['earlier_split']['cross_entropy']:.2f}** (untrained {un['earlier_split']['cross_entropy']:.2f}, "
+            f"unigram {uni['earlier_split']:.2f}).")
+    prev = ev.get("previous_instance")
+    if prev:
+        ph = prev["held_out_windows"]
+        seen = f", {prev['tokens_seen']:,} tokens seen" if prev.get("tokens_seen") else ""
+        text += (f" The instance this one replaced ({prev.get('train_tokens') or 0:,}-token corpus{seen}), measured "
+                 f"the same way: {ph['whole_split']['cross_entropy']:.2f} and {ph['earlier_split']['cross_entropy']:.2f}; "
+                 f"on the first {ev['held_out_tokens']:,} held-out tokens {prev['first_tokens_cross_entropy']:.2f} "
+                 f"against {ev['trained']['cross_entropy']:.2f} now.")
+    return text + " Computed by `python -m model.evaluate`."

@@ -1,16 +1,23 @@
-"""The training text: documentation that ships with every CPython, so any machine can rebuild it offline.
+"""The training text: Python's own documentation and code, which any machine can rebuild offline.
 
-Three kinds of text, so that experts have something to specialise on: prose (docstrings of the
-standard library and the reference-manual topics in pydoc_data), and Python source code. Licence:
-the Python Software Foundation License (the standard library's own); see assets/tokenizer.json's
-card in model/tokenizer.py. Deterministic: files are read in sorted order.
+Four kinds of text, so that experts have something to specialise on: docstrings of the standard
+library, the reference-manual topics in pydoc_data, the standard library's source code (all three
+ship with every CPython), and the pages of the Python documentation (tutorial, HOWTOs, FAQ, library
+reference, setup and usage) as reStructuredText, from Debian's package python3.X-doc
+(`apt-get install python3.11-doc`; its `html/_sources` folder). Licence of all four: the Python
+Software Foundation License. Deterministic: files are read in sorted order.
+
+The documentation pages came last (a larger corpus for a longer training run): the first three kinds
+keep the order and the held-out split they had before, so the earlier validation split is still held
+out and still measurable (`split(documents(kinds=OLD_KINDS))`).
 """
 from __future__ import annotations
 
 import ast
 import hashlib
-import sysconfig
 import re
+import sys
+import sysconfig
 import textwrap
 from pathlib import Path
 
@@ -58,6 +65,42 @@ def source_code(max_chars: int = 2_000_000) -> list[str]:
     return out
 
 
+# Debian's python3.X-doc keeps the reStructuredText source of every page of the documentation here
+GUIDE_ROOT = Path(f"/usr/share/doc/python{sys.version_info.major}.{sys.version_info.minor}/html/_sources")
+GUIDE_PARTS = ("tutorial", "howto", "faq", "library", "using")
+# pages whose text pydoc_data's topics (the "manual" kind) already hold: left out, so that a held-out
+# manual topic is not training text under another name
+GUIDE_SKIP = {"library/stdtypes.rst.txt", "library/pdb.rst.txt", "library/string.rst.txt"}
+ROLE = re.compile(r":(?:[a-z]+:)?[a-z]+:`")        # :func:`len`, :c:func:`x` -> `len`, `x`
+
+
+class CorpusMissing(RuntimeError):
+    """The documentation pages are not on this machine."""
+
+
+def guide_pages() -> list[str]:
+    """The documentation pages in sorted order, Sphinx roles reduced to their backquoted name, less
+    every paragraph that is also a paragraph of the other three kinds (a docstring the library
+    reference repeats word for word, say): so no held-out text of one kind is training text of another."""
+    if not GUIDE_ROOT.is_dir():
+        raise CorpusMissing(f"{GUIDE_ROOT} is missing: the corpus needs Debian's Python documentation "
+                            f"(apt-get install -y python{sys.version_info.major}.{sys.version_info.minor}-doc)")
+    known = {p for kind in OLD_KINDS for text in SOURCES[kind]() for p in paragraphs(text)}
+    out = []
+    for part in GUIDE_PARTS:
+        for path in sorted((GUIDE_ROOT / part).rglob("*.rst.txt")):
+            if path.relative_to(GUIDE_ROOT).as_posix() not in GUIDE_SKIP:
+                out.append(without_paragraphs(ROLE.sub("`", path.read_text(encoding="utf-8")), known))
+    return out
+
+
+def without_paragraphs(text: str, drop: set[str]) -> str:
+    """`text` less the paragraphs (blank-line separated, compared stripped) that are in `drop`."""
+    parts = re.split(r"(\n\s*\n)", text)           # paragraph, separator, paragraph, ...
+    keep = [(para, sep) for para, sep in zip(parts[::2], parts[1::2] + [""]) if para.strip() not in drop]
+    return "".join(para + sep for para, sep in keep)
+
+
 PIECE_CHARS = 3000
 HOLD_OUT_EVERY = 12
 
@@ -76,20 +119,22 @@ def pieces(text: str, max_chars: int = PIECE_CHARS) -> list[str]:
     return out
 
 
-KINDS = ("docstring", "manual", "code")
+KINDS = ("docstring", "manual", "code", "guide")
+OLD_KINDS = KINDS[:3]          # the corpus of the instances trained before the documentation pages
+SOURCES = {"docstring": docstrings, "manual": manual_topics, "code": source_code, "guide": guide_pages}
 
 
-def documents_by_kind() -> dict[str, list[str]]:
-    """The three kinds of text, each long text cut into pieces of about PIECE_CHARS characters."""
-    whole = {"docstring": docstrings(), "manual": manual_topics(), "code": source_code()}
-    return {kind: [p for d in docs for p in pieces(d)] for kind, docs in whole.items()}
+def documents_by_kind(kinds: tuple[str, ...] = KINDS) -> dict[str, list[str]]:
+    """Each kind of text, in KINDS order, each long text cut into pieces of about PIECE_CHARS characters."""
+    return {kind: [p for d in SOURCES[kind]() for p in pieces(d)] for kind in KINDS if kind in kinds}
 
 
-def documents() -> list[str]:
-    """Every document, in a fixed order: docstrings, manual topics, then source files, each long text
-    cut into pieces of about PIECE_CHARS characters. Whole files would make a held-out split of a few
-    dozen documents dominated by two or three large modules (difflib alone was half of the first one)."""
-    return [d for docs in documents_by_kind().values() for d in docs]
+def documents(kinds: tuple[str, ...] = KINDS) -> list[str]:
+    """Every document, in a fixed order: docstrings, manual topics, source files, then documentation
+    pages, each long text cut into pieces of about PIECE_CHARS characters. Whole files would make a
+    held-out split of a few dozen documents dominated by two or three large modules (difflib alone was
+    half of the first one). `kinds=OLD_KINDS` gives the earlier corpus, a prefix of today's."""
+    return [d for docs in documents_by_kind(kinds).values() for d in docs]
 
 
 def split(docs: list[str], every: int = HOLD_OUT_EVERY) -> tuple[list[str], list[str]]:
@@ -136,10 +181,13 @@ def _functions(code: str) -> list[str]:
 def heldout_sample(by_kind: dict[str, list[str]] | None = None) -> str:
     """The short held-out text the app's pages run (assets/heldout_sample.txt, about 3,000 characters):
     four docstrings that contain numbers, the opening of a reference-manual topic (its title
-    underlined) and two functions of standard-library code, spread over the validation split. Only text none of whose paragraphs occurs
-    anywhere in the training split is taken (a docstring also sits inside its module's source, which may
-    be training text). Deterministic: `python -m model.corpus` rewrites the same file."""
-    by_kind = by_kind or documents_by_kind()
+    underlined) and two functions of standard-library code, spread over the validation split of the
+    first three kinds (OLD_KINDS; the documentation pages, added later, are not looked at, so the
+    pages keep the text they have always run). Only text none of whose paragraphs occurs anywhere in
+    that training split is taken (a docstring also sits inside its module's source, which may be
+    training text); tests/test_corpus.py checks that none occurs in today's whole training split
+    either. Deterministic: `python -m model.corpus` rewrites the same file."""
+    by_kind = {k: v for k, v in (by_kind or documents_by_kind(OLD_KINDS)).items() if k in OLD_KINDS}
     docs = [d for v in by_kind.values() for d in v]
     kinds = [k for k, v in by_kind.items() for _ in v]
     train, _ = split(docs)
@@ -152,17 +200,20 @@ def heldout_sample(by_kind: dict[str, list[str]] | None = None) -> str:
     def spread(items: list[str], n: int) -> list[str]:
         return items[:: max(1, len(items) // n)][:n]
 
+    def opening(topic: str) -> str:                                  # whole paragraphs, just over 600 characters
+        out = []
+        for para in paragraphs(topic):
+            out.append(para)
+            if sum(map(len, out)) > 600:
+                break
+        return "\n\n".join(out)
+
     numbered = [d for k, d in held if k == "docstring" and 150 <= len(d) <= 700 and re.search(r"\d", d)]
     titled = re.compile(r"[^\n]+\n\*+\n")                             # a topic's first piece
-    topic = next(d for k, d in held if k == "manual" and len(d) > 1000 and titled.match(d) and unseen(d[:800]))
+    topic = next(d for k, d in held if k == "manual" and len(d) > 1000 and titled.match(d) and unseen(opening(d)))
     functions = [f for k, d in held if k == "code" for f in _functions(d) if 300 <= len(f) <= 900]
     parts = [d.strip() for d in spread([d for d in numbered if unseen(d)], 4)]
-    opening = []
-    for para in paragraphs(topic):
-        opening.append(para)
-        if sum(map(len, opening)) > 600:
-            break
-    parts.append("\n\n".join(opening))
+    parts.append(opening(topic))
     parts += spread([f for f in functions if unseen(f)], 2)
     return "\n\n".join(parts) + "\n"
 

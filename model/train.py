@@ -39,7 +39,7 @@ from tqdm import tqdm
 
 from model.checkpoint import ASSETS, CARD, CHECKPOINT, load_pretrained, read_card, save_pretrained
 from model.config import K3Config
-from model.corpus import SEPARATOR, documents, fingerprint, split
+from model.corpus import SEPARATOR, CorpusMissing, documents_by_kind, fingerprint, held_out, split
 from model.k3 import K3Model
 from model.moe import QuantileHistogram, StepQuantile, expert_load
 from model.tokenizer import Tokenizer
@@ -51,28 +51,45 @@ LOG_FIELDS = ["step", "tokens", "loss", "val_loss", "lr", "quant", "max_mean_loa
 
 
 def token_arrays(tok: Tokenizer) -> tuple[np.ndarray, np.ndarray, dict]:
-    """(train ids, validation ids, facts), cached in runs/ keyed by the corpus fingerprint."""
-    docs = documents()
+    """(train ids, validation ids, facts), cached in runs/ keyed by the corpus fingerprint. On a
+    machine without the corpus's documentation pages (a lent GPU machine, which has no Debian
+    packages to install), the one cache of this tokenizer that was carried there is used instead."""
+    try:
+        by_kind = documents_by_kind()
+    except CorpusMissing as missing:
+        caches = sorted(RUNS.glob(f"tokens-*-{tok.digest()}.npz"))
+        if len(caches) != 1:
+            raise SystemExit(f"{missing}; nor is there exactly one token cache of this tokenizer in "
+                             f"{RUNS} to use instead (found {len(caches)})") from None
+        z = np.load(caches[0])
+        print(f"{missing}: using the token cache {caches[0].name} built where it is installed")
+        return z["train"], z["val"], json.loads(str(z["facts"]))
+    docs = [d for v in by_kind.values() for d in v]
+    kinds = [k for k, v in by_kind.items() for _ in v]
     key = fingerprint(docs)
     RUNS.mkdir(exist_ok=True)
     # keyed by the corpus, its split and the tokenizer: a change to any of them re-tokenises
     cache = RUNS / f"tokens-{key}-{tok.digest()}.npz"
     train_docs, val_docs = split(docs)
+    facts = {"corpus_fingerprint": key, "documents": len(docs), "train_documents": len(train_docs),
+             "val_documents": len(val_docs), "train_chars": sum(len(d) for d in train_docs),
+             "kinds": {k: sum(len(d) for i, (kk, d) in enumerate(zip(kinds, docs)) if kk == k and not held_out(i))
+                       for k in by_kind}}           # training characters of each kind of text
     if cache.exists():
         z = np.load(cache)
         train, val = z["train"], z["val"]
     else:
         def enc(ds):
             ids = []
-            for d in tqdm(ds, desc="tokenising", leave=False):
-                ids.extend(tok.encode(d + SEPARATOR))
+            for enc_ids in tqdm((tok.encode(d + SEPARATOR) for d in ds), total=len(ds), desc="tokenising",
+                                leave=False):
+                ids.extend(enc_ids)
                 ids.append(tok.eos_id)
             return np.array(ids, dtype=np.uint16)
         train, val = enc(train_docs), enc(val_docs)
-        np.savez(cache, train=train, val=val)
-    facts = {"corpus_fingerprint": key, "documents": len(docs), "train_documents": len(train_docs),
-             "val_documents": len(val_docs), "train_tokens": int(train.size), "val_tokens": int(val.size),
-             "train_chars": sum(len(d) for d in train_docs)}
+    facts |= {"train_tokens": int(train.size), "val_tokens": int(val.size)}
+    if not cache.exists():
+        np.savez(cache, train=train, val=val, facts=json.dumps(facts))
     return train, val, facts
 
 
@@ -398,6 +415,8 @@ def main(argv=None):
         "hardware": (torch.cuda.get_device_name() if device.type == "cuda"
                      else f"CPU, {torch.get_num_threads()} threads"),
         "train_minutes_this_run": round((time.time() - t_start) / 60, 1),
+        # all parts of a resumed run: the seconds of every logged step
+        "train_minutes": round(sum(float(r["seconds"]) for r in csv.DictReader(open(log_path))) / 60, 1),
         "untrained_val_loss": round(untrained_val, 4), "final_val_loss": round(final_val, 4),
         "data": data_facts, "tokenizer": "byte-level BPE, 4,096 pieces (assets/tokenizer.json)",
         "corpus_licence": "Python Software Foundation License (CPython standard library docs and code)",

@@ -74,3 +74,54 @@ def test_top_next_is_the_softmax_top_five_and_the_table_shows_it():
                                                                    {"piece": " the", "prob": 0.25}]}})
     assert table.iloc[0]["prompt"] == "code: ␣␣␣␣for i in range("
     assert table.iloc[0]["#1"] == "↵␣␣  50%" and table.iloc[0]["#2"] == "␣the  25%"
+
+
+def test_cross_entropy_on_windows_against_a_loop_over_tokens():
+    # model.evaluate's batched windows against log-softmax picked token by token, window by window
+    import torch
+    from model.config import K3Config
+    from model.evaluate import CHUNK, cross_entropy_on_windows, window_starts
+    from model.k3 import K3Model
+    torch.manual_seed(0)
+    cfg = K3Config.micro()
+    model = K3Model(cfg).eval()
+    data = np.random.default_rng(3).integers(0, cfg.vocab_size, 6 * CHUNK + 5).astype(np.uint16)
+    got = cross_entropy_on_windows(model, data, n_windows=4, batch=3)
+    starts = window_starts(len(data) - 1, 4)
+    assert len(set(starts)) == 4 and all(s % CHUNK == 0 and s + CHUNK + 1 <= len(data) for s in starts)
+    nll = []
+    with torch.no_grad():
+        for s in starts:
+            ids = torch.tensor(data[s:s + CHUNK + 1].astype(np.int64))
+            logp = torch.log_softmax(model(ids[None, :-1], record=False).logits[0].double(), -1)
+            nll += [-float(logp[t, ids[t + 1]]) for t in range(CHUNK)]
+    assert got["tokens"] == 4 * CHUNK and got["windows"] == 4
+    assert abs(got["cross_entropy"] - np.mean(nll)) < 1e-4
+
+
+def test_card_sentences_read_the_evidence():
+    from app.model_card import corpus_parts, next_token_reading
+    layout = [{"piece": p, "prob": 0.1} for p in ("\n", " \"", "\n  ", " the", ",")]
+    words = [{"piece": p, "prob": 0.1} for p in (" value", " argument", " the", "\n", " default")]
+    got = next_token_reading({"prose": {"prompt": "x", "top5": layout}, "code": {"prompt": "y", "top5": words}})
+    assert got.startswith("after prose it mostly predicts layout (4 of its 5")
+    assert got.endswith("after code 4 of its 5 guesses are words, names or numbers")
+    assert corpus_parts({}) is None
+    parts = corpus_parts({"kinds": {"docstring": 1, "guide": 3}})
+    assert parts.startswith("docstrings of the standard library (25%)") and "(75%)" in parts
+
+
+def test_held_out_summary_states_both_splits_and_the_replaced_instance():
+    from app.model_card import held_out_summary
+    assert held_out_summary({"trained": {}}) is None                        # an evaluation file of before
+    win = lambda ce: {"cross_entropy": ce, "tokens": 16384, "windows": 128}
+    ev = {"held_out_tokens": 16384, "trained": {"cross_entropy": 4.1},
+          "held_out_windows": {"trained": {"whole_split": win(4.2), "earlier_split": win(4.3)},
+                               "untrained": {"whole_split": win(8.8), "earlier_split": win(8.9)},
+                               "unigram": {"whole_split": 6.5, "earlier_split": 6.7}}}
+    text = held_out_summary(ev)
+    assert "**4.20**" in text and "untrained 8.80, unigram 6.50" in text and "**4.30**" in text
+    ev["previous_instance"] = {"tokens_seen": 827392, "train_tokens": 1010000, "first_tokens_cross_entropy": 4.87,
+                               "held_out_windows": {"whole_split": win(5.6), "earlier_split": win(5.0)}}
+    text = held_out_summary(ev)
+    assert "827,392 tokens seen" in text and "5.60 and 5.00" in text and "4.87 against 4.10 now" in text

@@ -7,6 +7,7 @@ import os
 import subprocess
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -85,7 +86,32 @@ def test_resume_refuses_another_run(tmp_path):
         T.load_state(fresh, fresh_opt, tmp_path / "state", expect=meta, args={**args, "batch": 8})
 
 
+def test_token_arrays_fall_back_to_one_carried_cache_where_the_pages_are_missing(tmp_path, monkeypatch):
+    # A lent GPU machine has no Debian packages: the token cache carried there stands in for the corpus.
+    from model import corpus
+    from model.tokenizer import Tokenizer
+    tok = Tokenizer.load()
+    monkeypatch.setattr(corpus, "GUIDE_ROOT", tmp_path / "no-such-folder")
+    monkeypatch.setattr(T, "RUNS", tmp_path)
+    with pytest.raises(SystemExit, match="python3.*-doc.*found 0"):
+        T.token_arrays(tok)
+    facts = {"corpus_fingerprint": "f00", "train_tokens": 3, "val_tokens": 2}
+    np.savez(tmp_path / f"tokens-f00-{tok.digest()}.npz", train=np.array([1, 2, 3], np.uint16),
+             val=np.array([4, 5], np.uint16), facts=json.dumps(facts))
+    np.savez(tmp_path / "tokens-f00-othertokenizer.npz", train=np.array([9], np.uint16))
+    train, val, got = T.token_arrays(tok)
+    assert train.tolist() == [1, 2, 3] and val.tolist() == [4, 5] and got == facts
+    np.savez(tmp_path / f"tokens-f01-{tok.digest()}.npz", train=np.array([1], np.uint16))
+    with pytest.raises(SystemExit, match="found 2"):                 # which one? refuse to guess
+        T.token_arrays(tok)
+
+
 def test_gpu_script_runs_end_to_end_on_the_cpu(tmp_path):
+    from model import corpus
+    if not corpus.GUIDE_ROOT.is_dir() and not list(T.RUNS.glob("tokens-*.npz")):
+        if os.environ.get("K3_REQUIRE_BROWSER"):
+            pytest.fail(f"{corpus.GUIDE_ROOT} is missing (apt-get install -y python3.11-doc)")
+        pytest.skip(f"{corpus.GUIDE_ROOT} is missing (apt-get install -y python3.11-doc): no corpus to train on")
     # The prepared GPU run, shrunk to seconds: fits the number of steps to its budget, writes the
     # checkpoint, card and log to OUT, and the checkpoint loads as the shipped one does.
     env = {**os.environ, "OUT": str(tmp_path), "BATCH": "2", "SEQ": "16", "MINUTES": "1"}

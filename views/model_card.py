@@ -5,7 +5,8 @@ from app import state, ui
 from app.charts.model_card import bias_figure, training_figure
 from app.balance import LIVE_TARGET
 from app.live import banner, live
-from app.model_card import balanced_floor, config_table, load_json, next_token_table, train_log
+from app.model_card import (balanced_floor, config_table, corpus_parts, held_out_summary, load_json,
+                            next_token_reading, next_token_table, train_log)
 from model.config import K3Config
 
 TINY = K3Config.tiny()
@@ -26,6 +27,9 @@ ui.page_header(
 lv = live()
 banner(lv)
 card, ev, log = load_json("k3_tiny.json"), load_json("k3_tiny_eval.json"), train_log()
+# tokens per training step, and the minutes of the whole run (a resumed run's card sums its parts)
+STEP_TOKENS = (card or {}).get("batch", 8) * (card or {}).get("seq_len", 128)
+MINUTES = (card or {}).get("train_minutes", (card or {}).get("train_minutes_this_run", "?"))
 
 st.subheader("What it was trained on")
 if card:
@@ -35,18 +39,21 @@ if card:
     cols[1].metric("Tokens seen in training", f"{card.get('tokens_seen', 0):,}")
     cols[2].metric("Optimiser steps", f"{card.get('steps', 0):,}")
     cols[3].metric("Checkpoint", f"{card.get('bytes', 0) / 1e6:.1f} MB")
+    parts = corpus_parts(data)
     st.markdown(
-        f"- **Data**: docstrings and reference-manual topics of the CPython 3.11 "
-        f"standard library, plus part of its source code, cut at blank lines into "
+        (f"- **Data**: {parts}, " if parts else
+         "- **Data**: docstrings and reference-manual topics of the CPython 3.11 "
+         "standard library, plus part of its source code, ") +
+        f"cut at blank lines into "
         f"{data.get('documents', 0):,} pieces of about 3,000 characters; every 12th piece is held out for "
         f"validation ({data.get('val_documents', 0):,} pieces, {data.get('val_tokens', 0):,} tokens), so "
-        f"held-out text has the training mix of docstrings, manual prose and code; "
+        f"held-out text has the training mix; "
         f"{data.get('train_chars', 0):,} characters for training. "
         f"Licence: {card.get('corpus_licence', 'PSF')}.\n"
         f"- **Tokenizer**: {card.get('tokenizer', '')}, trained by `python -m model.tokenizer` on the same "
         "training split; any Unicode text encodes (unknown characters fall back to bytes).\n"
         f"- **Training**: `python -m model.train`: {card.get('steps', 0):,} steps of {card.get('batch')} x "
-        f"{card.get('seq_len')} tokens in {card.get('train_minutes_this_run', '?')} minutes on "
+        f"{card.get('seq_len')} tokens in {MINUTES} minutes on "
         f"{card.get('hardware', '?')}, AdamW (peak learning rate "
         f"{card.get('lr')}), {card.get('balancing', QB_WINDOW)}, and routed experts quantised to MXFP4 "
         f"with MXFP8 activations from step {card.get('quant_from_step', 0):,} on, trained through the rounding with "
@@ -72,8 +79,8 @@ if card:
         st.markdown(
             f"- **Balance calibration** (the last phase of `python -m model.train`; alone: `--calibrate-only`): "
             f"a training "
-            f"step holds only {card.get('batch', 8) * card.get('seq_len', 128):,} tokens, about "
-            f"{card.get('batch', 8) * card.get('seq_len', 128) * 16 / 896:.0f} per expert, too few for a "
+            f"step holds only {STEP_TOKENS:,} tokens, about "
+            f"{STEP_TOKENS * 16 / 896:.0f} per expert, too few for a "
             f"stable quantile, so with every weight frozen Quantile Balancing re-set the biases from "
             f"{cal['tokens_per_update']:,} training tokens per update ({cal['passes']} passes; median layer's "
             f"max/mean load entering each pass: "
@@ -85,20 +92,31 @@ else:
 st.subheader("Did it learn?")
 if ev:
     tr, un = ev["trained"], ev["untrained"]
+    hw = ev.get("held_out_windows")
+    # the headline: windows over the whole held-out split (the training mix) where measured, else the
+    # first contiguous held-out tokens (what earlier evaluation files hold)
+    ce, ce_uni, ce_un = ((hw["trained"]["whole_split"]["cross_entropy"], hw["unigram"]["whole_split"],
+                          hw["untrained"]["whole_split"]["cross_entropy"]) if hw else
+                         (tr["cross_entropy"], ev["unigram_cross_entropy"], un["cross_entropy"]))
     cols = st.columns(4)
-    cols[0].metric("Validation loss, trained", f"{tr['cross_entropy']:.2f}",
-                   delta=f"{tr['cross_entropy'] - ev['unigram_cross_entropy']:+.2f} vs unigram",
+    cols[0].metric("Validation loss, trained", f"{ce:.2f}", delta=f"{ce - ce_uni:+.2f} vs unigram",
                    delta_color="inverse")
-    cols[1].metric("Unigram baseline", f"{ev['unigram_cross_entropy']:.2f}",
+    cols[1].metric("Unigram baseline", f"{ce_uni:.2f}",
                    help="Cross-entropy of the held-out text under the training split's token frequencies.")
-    cols[2].metric("Untrained (same seed)", f"{un['cross_entropy']:.2f}",
+    cols[2].metric("Untrained (same seed)", f"{ce_un:.2f}",
                    help=f"Uniform guessing over {lv.tokenizer.vocab_size:,} pieces: {ev['uniform_cross_entropy']:.2f}")
     cols[3].metric("Class-expert information", f"{tr['class_expert_mi_bits']:.3f} bits",
                    delta=f"{tr['class_expert_mi_bits'] - un['class_expert_mi_bits']:+.3f} vs untrained",
                    help="Mutual information between a token's kind (word, digit, punctuation, whitespace, "
                         "Python keyword) and the experts it is routed to, mean over the 92 MoE layers.")
-    st.caption(f"Cross-entropy in nats per token on {ev['held_out_tokens']:,} contiguous held-out tokens, "
-               "computed by `python -m model.evaluate` (lower is better).")
+    summary = held_out_summary(ev)
+    if summary:
+        st.caption("Cross-entropy in nats per token on held-out text (lower is better). " + summary
+                   + f" On the first {ev['held_out_tokens']:,} held-out tokens in a row (docstrings): "
+                   f"{tr['cross_entropy']:.2f}.")
+    else:
+        st.caption(f"Cross-entropy in nats per token on {ev['held_out_tokens']:,} contiguous held-out tokens, "
+                   "computed by `python -m model.evaluate` (lower is better).")
     hb, tb = ev.get("load_heldout_batch"), ev.get("load_training_batch")
     if hb and tb:
         floor = balanced_floor(hb["tokens"])
@@ -134,18 +152,23 @@ if ev:
                 "prompt inside code and from the start of a docstring sentence:")
     for g in ev.get("greedy_samples", []):
         st.code(g["prompt"] + g["text"], language=None)
-    st.caption("A tiny model trained for about an hour on a CPU: expect plausible Python-documentation "
-               "texture, not sense.")
+    if card:
+        st.caption(f"A tiny model, trained for {MINUTES} minutes on {card.get('hardware', 'a CPU')}: expect "
+                   "plausible Python-documentation texture, not sense.")
     nxt = ev.get("next_tokens")
     if nxt:
         st.markdown("**Its five most likely next tokens** (computed by `python -m model.evaluate`) after a "
                     "prose prompt and a code prompt:")
         st.dataframe(next_token_table(nxt), hide_index=True, width="stretch")
+        if all(entry.get("greedy") is not None for entry in nxt.values()):
+            st.markdown("From the same two prompts, what it writes when it keeps taking its most likely token "
+                        "(24 tokens, greedy):")
+            for entry in nxt.values():
+                st.code(entry["prompt"] + entry["greedy"], language=None)
         if card and card.get("data", {}).get("train_tokens"):
             epochs = card.get("tokens_seen", 0) / card["data"]["train_tokens"]
-            st.caption(f"␣ is a space, ↵ a line break. This instance saw {epochs:.1f} passes over its training text, "
-                       "so after prose it mostly predicts layout (line breaks, quote marks) rather than words; after "
-                       "code its guesses are at least names and numbers.")
+            st.caption(f"␣ is a space, ↵ a line break. This instance saw {epochs:.1f} passes over its training "
+                       f"text; {next_token_reading(nxt)}.")
 else:
     st.info("No evaluation found (assets/k3_tiny_eval.json): run `python -m model.evaluate`.")
 
@@ -153,9 +176,10 @@ if log is not None:
     st.subheader("Training curves")
     ui.chart(training_figure(log, ev["unigram_cross_entropy"] if ev else None),
              "Top: the loss falls below the unigram baseline (what counting tokens alone achieves). Bottom: "
-             "the busiest expert's load over the mean, in the worst of the 92 layers, for each 1,024-token "
-             f"training batch: with ~18 tokens per expert, sampling noise alone would put a perfectly balanced "
-             f"router at {balanced_floor(1024)['worst_layer']:.1f} here, so read the trend, not the level; "
+             f"the busiest expert's load over the mean, in the worst of the 92 layers, for each {STEP_TOKENS:,}-token "
+             f"training batch: with ~{STEP_TOKENS * 16 / 896:.0f} tokens per expert, sampling noise alone would put a "
+             f"perfectly balanced router at {balanced_floor(STEP_TOKENS)['worst_layer']:.1f} here, so read the trend, "
+             "not the level; "
              "almost no expert is left without tokens. Shaded: the quantisation-aware phase.",
              alt="Training loss, validation loss and expert load balance per training step.")
     ui.chart(bias_figure(log),
