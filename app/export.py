@@ -62,7 +62,8 @@ def file_stem(title: str, fallback: str = "k3-explorer-chart") -> str:
 
 def spec_frame(spec: dict) -> pd.DataFrame:
     """A Vega-Lite chart's data as one table (its CSV): every dataset's rows, with the dataset's name first."""
-    parts = [pd.DataFrame(rows).assign(dataset=name) for name, rows in spec.get("datasets", {}).items() if rows]
+    parts = [pd.DataFrame(rows).assign(dataset=name) for name, rows in spec.get("datasets", {}).items()
+             if len(rows)]                                          # records or a data frame
     if not parts:
         return pd.DataFrame(columns=["dataset"])
     out = pd.concat(parts, ignore_index=True)

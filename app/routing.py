@@ -50,33 +50,24 @@ def shard_labels(n_experts: int = 896, n_shards: int = N_SHARDS) -> list[str]:
     return [f"shard {s}: experts {s * size}–{(s + 1) * size - 1}" for s in range(n_shards)]
 
 
-def expert_from_selection(event, n_experts: int = 896, cols: int = GRID_COLS) -> int | None:
-    """The expert a click on the grid chose, or None. `event` is what st.plotly_chart(on_select=...)
-    returns (or its session-state value): {"selection": {"points": [{...}, ...]}}. Each point carries
-    the expert id as customdata[0]; without it, x (column) and y (row) locate the cell. Points of
-    the overlays (shared experts carry negative ids) and anything malformed give None."""
+def expert_from_selection(event, n_experts: int = 896, param: str = "pick") -> int | None:
+    """The expert a click on the grid chose, or None. `event` is what st.vega_lite_chart(on_select=...)
+    returns (or its session-state value): {"selection": {"pick": [{"expert": N}, ...]}}, the last point
+    being the latest click. Shared experts, ids out of range and anything malformed give None."""
     try:
-        points = event["selection"]["points"]
+        points = event["selection"][param]
     except (KeyError, TypeError, AttributeError):
-        points = getattr(getattr(event, "selection", None), "points", None)
-    if not points:
+        points = getattr(getattr(event, "selection", None), param, None)
+    if not points or not isinstance(points, (list, tuple)):
         return None
     point = points[-1]
     if not isinstance(point, Mapping):
         return None
-    custom = point.get("customdata")
-    if isinstance(custom, (list, tuple)) and custom:
-        custom = custom[0]
-    candidate = None
-    if isinstance(custom, (int, float)) and not isinstance(custom, bool) and math.isfinite(custom):
-        candidate = int(custom)
-    elif isinstance(point.get("x"), (int, float)) and isinstance(point.get("y"), (int, float)):
-        x, y = point["x"], point["y"]
-        if float(x).is_integer() and float(y).is_integer() and 0 <= x < cols:
-            candidate = int(y) * cols + int(x)
-    if candidate is None or not 0 <= candidate < n_experts:
+    value = point.get("expert")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+            or not float(value).is_integer() or not 0 <= value < n_experts:
         return None
-    return candidate
+    return int(value)
 
 
 # ---- re-routing settings ------------------------------------------------------------------------
@@ -161,6 +152,17 @@ def load_classes(load: np.ndarray) -> list[str]:
         else:
             out.append("low")
     return out
+
+
+def load_ranges(grid: pd.DataFrame) -> str:
+    """The token counts each load class of the grid spans, e.g. "none 0, low 1–2, mid 3–4, high 5–9 tokens"."""
+    parts = []
+    for cls, name in (("idle", "none"), ("low", "low"), ("mid", "mid"), ("high", "high")):
+        loads = grid.loc[grid["load_class"] == cls, "load"]
+        if len(loads):
+            lo, hi = int(loads.min()), int(loads.max())
+            parts.append(f"{name} {lo}" if lo == hi else f"{name} {lo}–{hi}")
+    return ", ".join(parts) + " tokens"
 
 
 def layer_grid(out: K3Output, layer: int, token: int, knocked: tuple[int, ...] = (),

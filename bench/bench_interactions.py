@@ -84,7 +84,7 @@ class BenchError(RuntimeError):
 # ---- in the page -----------------------------------------------------------------------------------
 # Installed in every document before the app's scripts. __bwLastMut: performance.now() of the last DOM
 # change anywhere; __bwRan: a script run was seen (the state attribute was "running", or an element
-# went stale); __bwRunEnd: when the state last turned from running to notRunning; __bwInput: the
+# went stale) or a canvas was redrawn; __bwRunEnd: when the state last turned from running to notRunning; __bwInput: the
 # first keydown/click event after __bwArm was set, with the event's own timestamp.
 WATCH = """
 (() => {
@@ -110,6 +110,14 @@ WATCH = """
     note();
   }).observe(document, {subtree: true, childList: true, characterData: true, attributes: true,
                         attributeOldValue: true});
+  // a canvas redraw (Vega-Lite charts draw on one) changes no DOM node: count each as a change too
+  for (const name of ['clearRect', 'restore']) {
+    const orig = CanvasRenderingContext2D.prototype[name];
+    CanvasRenderingContext2D.prototype[name] = function (...args) {
+      window.__bwLastMut = performance.now();
+      return orig.apply(this, args);
+    };
+  }
   const mark = e => {
     if (window.__bwArm) { window.__bwArm = false; window.__bwInput = {type: e.type, t: e.timeStamp}; }
   };
@@ -130,17 +138,15 @@ FLOOR_STATE = """() => {
   return {text: t === undefined ? null : t};
 }"""
 ROUTING_STATE = """() => {
-  let title = null;
-  const charts = [];
+  const head = document.querySelector('.st-key-routing_grid_title');
+  const chosen = document.querySelector('.st-key-routing_grid_chosen');
+  const title = head && document.querySelector('.st-key-routing_grid canvas') ? head.innerText.trim() : null;
+  const charts = [chosen ? chosen.innerText : ''];
   for (const gd of document.querySelectorAll('.js-plotly-plot')) {
     const meta = (gd.layout && gd.layout.meta && gd.layout.meta.chart) || '?';
     const t = String((gd.layout && gd.layout.title && gd.layout.title.text) || '');
     charts.push(meta + ':' + t);
-    if (meta === 'routing_grid') title = t;
   }
-  if (title === null)
-    for (const t of document.querySelectorAll('.js-plotly-plot .gtitle'))
-      if (/^Layer \\d+/.test(t.textContent)) title = t.textContent;
   let metric = null;
   for (const m of document.querySelectorAll('[data-testid="stMetric"]'))
     if (/Experts per token/.test(m.innerText)) {
@@ -548,15 +554,15 @@ def open_routing(page, base: str, timeout_ms: float) -> int:
     page.goto(base + f"routing?layer={START_LAYER}", wait_until="commit", timeout=timeout_ms)
     settle_navigation(page, timeout_ms)
     try:
-        page.wait_for_function("() => [...document.querySelectorAll('.js-plotly-plot')].some(g => g.layout && "
-                               "g.layout.meta && g.layout.meta.chart === 'routing_grid')", timeout=timeout_ms)
+        page.wait_for_function("() => document.querySelector('.st-key-routing_grid canvas') !== null",
+                               timeout=timeout_ms)
     except Exception:                                             # noqa: BLE001 - said below
         pass
     check_no_exception(page, ROUTING_WHERE)
     state = page.evaluate(ROUTING_STATE)
     if state["title"] is None:
-        raise BenchError(f"{ROUTING_WHERE}: no expert grid (a plotly chart with meta.chart == 'routing_grid' or a "
-                         "title 'Layer N: …')")
+        raise BenchError(f"{ROUTING_WHERE}: no expert grid (a canvas under .st-key-routing_grid and a title "
+                         "'Layer N: …' in .st-key-routing_grid_title)")
     if shown_layer(state) != START_LAYER:
         raise BenchError(f"{ROUTING_WHERE}: opened with ?layer={START_LAYER} but the grid shows {state['title']!r}")
     slider = by_role(page, "slider", LAYER_PATTERNS, "the 'Layer' slider", ROUTING_WHERE)

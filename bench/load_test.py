@@ -95,13 +95,11 @@ IDLE_JS = "document.querySelector('" + IDLE.replace("'", "\\'") + "') !== null &
 SETTLED_JS = f"() => window.__k3ran === true && {IDLE_JS} && Date.now() - window.__k3quiet > {QUIET_MS}"
 STILL_JS = f"() => window.__k3ran === false && {IDLE_JS}"
 ROUTING_DRAWN_JS = """(k) => document.querySelectorAll('.st-key-routing_token button, [data-testid="stPills"] button')
-  .length > 0 && [...document.querySelectorAll('.js-plotly-plot')].some(g => g.layout && g.layout.meta
-  && g.layout.meta.chart === 'routing_grid') && document.body.innerText.includes(k + ' of 896')"""
+  .length > 0 && document.querySelector('.st-key-routing_grid canvas') !== null
+  && document.body.innerText.includes(k + ' of 896')"""
 GRID_TITLE_JS = """() => {
-  for (const gd of document.querySelectorAll('.js-plotly-plot'))
-    if (gd.layout && gd.layout.meta && gd.layout.meta.chart === 'routing_grid')
-      return String((gd.layout.title && gd.layout.title.text) || '');
-  return null;
+  const head = document.querySelector('.st-key-routing_grid_title');
+  return head && document.querySelector('.st-key-routing_grid canvas') ? head.innerText.trim() : null;
 }"""
 
 

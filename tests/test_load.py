@@ -34,15 +34,12 @@ MARKER = re.compile(r"zebra\d\d")
 CHIPS = '.st-key-routing_token button, [data-testid="stPills"] button'
 
 GRID_JS = """(cols) => {
-  for (const gd of document.querySelectorAll('.js-plotly-plot')) {
-    if (!gd.layout || !gd.layout.meta || gd.layout.meta.chart !== 'routing_grid') continue;
-    const title = String((gd.layout.title && gd.layout.title.text) || '');
-    const tr = (gd._fullData || []).find(t => String(t.name || '').startsWith('chosen for this token'));
-    if (!tr) return {title, chosen: null};
-    const xs = Array.from(tr.x || []), ys = Array.from(tr.y || []);
-    return {title, chosen: xs.map((x, i) => Math.round(ys[i]) * cols + Math.round(x)).sort((a, b) => a - b)};
-  }
-  return null;
+  const list = document.querySelector('.st-key-routing_grid_chosen');
+  const head = document.querySelector('.st-key-routing_grid_title');
+  if (!list || !head || !document.querySelector('.st-key-routing_grid canvas')) return null;
+  const m = /experts here: ([0-9, ]+)/.exec(list.innerText || '');
+  return {title: head.innerText.trim(),
+          chosen: m ? m[1].split(',').map(s => parseInt(s, 10)).sort((a, b) => a - b) : null};
 }"""
 
 

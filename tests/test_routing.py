@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from app import routing as rt
-from app.charts.routing import grid_figure
+from app.charts.routing import grid_chosen, grid_spec
 from model.accounting import count_params
 from model.config import K3Config
 from model.k3 import K3Model, K3Output, RoutingOverride, Trace
@@ -66,38 +66,55 @@ def test_shards_are_bands_of_four_rows():
     assert set(zip(grid["row"], grid["col"])) == {(r, c) for r in range(32) for c in range(28)}
 
 
-def point(**kw):
-    return {"selection": {"points": [kw], "point_indices": [0], "box": [], "lasso": []}}
+def pick(*experts):
+    """What st.vega_lite_chart(on_select=...) returns after clicks on the grid's squares."""
+    return {"selection": {"pick": [{"expert": e} for e in experts]}}
 
 
 def test_selection_event_maps_to_expert():
-    assert rt.expert_from_selection(point(curve_number=1, point_index=300, customdata=[300, 2, 0.5])) == 300
-    assert rt.expert_from_selection(point(x=3, y=2)) == 2 * 28 + 3            # no customdata: from the cell
-    assert rt.expert_from_selection(point(customdata=[-1], x=29.4, y=16)) is None   # a shared expert
-    assert rt.expert_from_selection(point(customdata=[896])) is None
-    assert rt.expert_from_selection(point(x=28, y=0)) is None                 # beside the grid
-    assert rt.expert_from_selection(point(x=2.5, y=1)) is None
-    for empty in (None, {}, {"selection": {"points": []}}, {"selection": None}, "junk", point()):
+    assert rt.expert_from_selection(pick(300)) == 300
+    assert rt.expert_from_selection(pick(1, 2)) == 2                           # the last click wins
+    assert rt.expert_from_selection(pick(0)) == 0 and rt.expert_from_selection(pick(895)) == 895
+    for bad in (896, -1, 2.5, True, float("nan"), "7", None):
+        assert rt.expert_from_selection(pick(bad)) is None, bad
+    for empty in (None, {}, {"selection": {"pick": []}}, {"selection": {"pick": {}}}, {"selection": None}, "junk",
+                  {"selection": {"other": [{"expert": 3}]}}, {"selection": {"pick": ["x"]}}):
         assert rt.expert_from_selection(empty) is None
 
-    class Attr:  # Streamlit's PlotlySelectionState also reads by attribute
-        selection = type("S", (), {"points": [{"customdata": [7]}]})()
+    class Attr:  # Streamlit's selection state also reads by attribute
+        selection = type("S", (), {"pick": [{"expert": 7}]})()
     assert rt.expert_from_selection(Attr()) == 7
-    # the last point wins when several are selected
-    ev = {"selection": {"points": [{"customdata": [1]}, {"customdata": [2]}]}}
-    assert rt.expert_from_selection(ev) == 2
 
 
-def test_every_grid_marker_maps_back_to_its_expert():
-    out = fake_output()
-    fig = spec(grid_figure(rt.layer_grid(out, 1, 0)))
-    trace = next(t for t in fig["data"] if t.get("name") == "routed experts")
-    xs, ys = arr(trace["x"]), arr(trace["y"])
-    custom = arr(trace["customdata"])
-    assert len(xs) == 896
-    for i in range(896):
-        assert rt.expert_from_selection(point(point_index=i, customdata=list(custom[i]))) == i
-        assert rt.expert_from_selection(point(x=float(xs[i]), y=float(ys[i]))) == i
+def test_grid_spec_places_every_expert_in_its_cell():
+    from app.charts.routing import CELL, GRID_PAD, cell_centre, grid_frame
+    grid = rt.layer_grid(fake_output(), 1, 0)
+    spec = grid_spec(grid)
+    experts = spec["datasets"]["experts"]
+    assert list(experts["expert"]) == list(range(896))
+    assert (experts["col"] == experts["expert"] % 28).all() and (experts["row"] == experts["expert"] // 28).all()
+    f = grid_frame(896)
+    assert f["rows"] == 32 and spec["width"] == f["width"] and spec["height"] == f["height"]
+    # a cell's pixel centre: the x and y scales map one grid unit to CELL px from the padded corner
+    x0, y0 = f["x"][0], f["y"][0]
+    assert abs(f["width"] - (f["x"][1] - x0) * CELL) < 1 and abs(f["height"] - (f["y"][1] - y0) * CELL) < 1
+    assert cell_centre(0) == (GRID_PAD["left"] - x0 * CELL, GRID_PAD["top"] - y0 * CELL)
+    assert cell_centre(29) == (cell_centre(1)[0], cell_centre(1)[1] + CELL)      # one row down
+    # the clickable layer carries the selection "pick" on the expert id, and the colour legend
+    layer = next(l for l in spec["layer"] if l.get("params"))
+    assert layer["params"][0]["name"] == "pick" and layer["params"][0]["select"]["fields"] == ["expert"]
+    assert layer["encoding"]["color"]["field"] == "prob"
+    load = next(l for l in grid_spec(grid, "load")["layer"] if l.get("params"))
+    assert load["encoding"]["color"]["field"] == "load_class"
+
+
+def test_grid_spec_is_the_same_for_every_layer_and_token():
+    # the browser keeps a chart whose spec is unchanged and swaps its data: only the datasets may differ
+    out = fake_output(T=3)
+    a = grid_spec(rt.layer_grid(out, 1, 0), "probability", selected=None)
+    b = grid_spec(rt.layer_grid(out, 1, 2, knocked=(4,)), "probability", selected=11)
+    assert {k: v for k, v in a.items() if k != "datasets"} == {k: v for k, v in b.items() if k != "datasets"}
+    assert not a["datasets"]["experts"].equals(b["datasets"]["experts"])
 
 
 # ---- the per-layer grid ----------------------------------------------------------------------------
@@ -114,13 +131,15 @@ def test_grid_outlines_exactly_the_chosen_experts():
     # free slots go to the best biased scores among the experts that may compete
     free = grid[~grid["expert"].isin([3, 4, 5, 9])].sort_values("biased", ascending=False)
     assert set(free["expert"][:15]) == chosen - {9}
-    fig = spec(grid_figure(grid, selected=9))
-    trace = next(t for t in fig["data"] if t.get("name") == "routed experts")
-    widths = arr(trace["marker"]["line"]["width"])
-    assert len(widths) == 896 and set(np.nonzero(widths)[0]) == chosen
-    assert not widths[[3, 4, 5]].any()
-    overlay = next(t for t in fig["data"] if str(t.get("name", "")).startswith("chosen for this token"))
-    assert len(arr(overlay["x"])) == 16
+    spec = grid_spec(grid, selected=9)
+    experts = spec["datasets"]["experts"]
+    assert set(grid_chosen(spec)) == chosen                          # outlined and glowing: the chosen
+    assert set(experts.loc[experts["knocked"], "expert"]) == {3, 4, 5}
+    assert list(experts.loc[experts["selected"], "expert"]) == [9]
+    assert experts.loc[9, "line"].startswith("forced (slot 1)")
+    # each overlay layer draws the rows its filter keeps
+    filters = [l["transform"][0]["filter"] for l in spec["layer"] if l.get("transform")]
+    assert filters == ["datum.chosen", "datum.chosen", "datum.knocked", "datum.selected"]
 
 
 def test_load_classes_are_thirds_of_the_busiest():
@@ -130,6 +149,10 @@ def test_load_classes_are_thirds_of_the_busiest():
     out = fake_output(T=5)
     grid = rt.layer_grid(out, 1, 0)
     assert grid["load"].sum() == 5 * 16                  # every (token, slot) pair lands on one expert
+    import pandas as pd
+    loads = np.array([0, 1, 2, 3, 4, 5, 6])
+    assert rt.load_ranges(pd.DataFrame({"load": loads, "load_class": rt.load_classes(loads)})) == \
+        "none 0, low 1–2, mid 3–4, high 5–6 tokens"
 
 
 # ---- re-routing plans -------------------------------------------------------------------------------

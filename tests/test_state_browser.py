@@ -27,7 +27,8 @@ def view_of(page) -> dict:
         "dense": toggle(page, "Dense").locator("input").is_checked(),
         "bias": toggle(page, "Balancing bias").locator("input").is_checked(),
         "knocked": page.locator('[data-testid="stMultiSelect"]').filter(has_text="Knock out").first.inner_text(),
-        "grid": page.locator(".js-plotly-plot .gtitle").first.text_content(),
+        "grid": page.locator(".st-key-routing_grid_title").first.inner_text(),
+        "chosen": page.locator(".st-key-routing_grid_chosen").first.inner_text(),
     }
 
 
@@ -98,6 +99,16 @@ def test_presenter_mode_draws_every_chart_with_its_traces(server, browser, schem
         assert plots, path
         for i, p in enumerate(plots):
             assert p["traces"] > 0 and p["drawn"] > 0 and p["width"] > 200, (path, i, p)
+        # Vega-Lite charts draw on a canvas: it has a size and, somewhere, pixels that are not background
+        canvases = page.evaluate("""[...document.querySelectorAll('.vega-embed canvas')].map(c => {
+            const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
+            let inked = 0;
+            for (let i = 0; i < d.length; i += 4 * 97) if (d[i] !== d[0] || d[i + 1] !== d[1] || d[i + 2] !== d[2]) inked++;
+            return {width: c.getBoundingClientRect().width, inked}; })""")
+        for i, c in enumerate(canvases):
+            assert c["width"] > 200 and c["inked"] > 50, (path, i, c)
+        if path.startswith("routing"):
+            assert len(canvases) >= 2, path                     # the expert grid and the linked view
         assert page.locator('[data-testid="stMain"] [data-testid="stSlider"]').count() == 0 or \
             not page.locator('[data-testid="stMain"] [data-testid="stSlider"]').first.is_visible()
     ctx.close()

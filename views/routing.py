@@ -10,7 +10,7 @@ import streamlit as st
 from app import routing as rt
 from app import state, ui
 from app.charts.linked import linked_figure
-from app.charts.routing import changed_figure, fingerprint_figure, grid_figure, predictions_figure
+from app.charts.routing import changed_figure, fingerprint_figure, grid_spec, predictions_figure
 from app.live import banner, forward, live
 from app.text import fmt_params
 
@@ -152,15 +152,21 @@ def explorer(prompt) -> None:
             ov = settings.applies_at(layer, layer, cfg)
             grid = rt.layer_grid(run, layer, token, ov.knocked_out if ov else (), ov.forced if ov else ())
             n_chosen = int(grid["chosen"].sum())
-            ui.chart(grid_figure(grid, colour_by, expert, layer, f"“{rt.plot_label(piece)}”"),
-                     f"Each square is one routed expert, 28 per row; each band of 4 rows (112 experts) is one of "
-                     f"the 8 shards an 8-device deployment would hold. The {n_chosen} outlined, glowing squares are "
-                     "the experts this token uses here"
-                     + (" (colour: the router's probability for this token)." if colour_by == "probability" else
-                        " (colour: how many tokens of the whole prompt chose each expert).")
-                     + " Hover for the numbers; click a square to open it in the expert panel below.",
-                     alt=f"Grid of {E} experts at layer {layer}, {n_chosen} chosen for the selected token.",
-                     key="routing_grid", on_select=grid_clicked, selection_mode="points", width="content")
+            chosen = sorted(int(e) for e in grid.loc[grid["chosen"], "expert"])
+            st.container(key="routing_grid_title").markdown(f"**Layer {layer}: the experts of “{rt.chip_label(piece)}”**")
+            ui.vega_chart(grid_spec(grid, colour_by, expert),
+                          f"Each square is one routed expert, 28 per row; each band of 4 rows (112 experts: shard 0 holds "
+                          f"experts 0–111, shard 1 112–223, …) is one of the 8 shards an 8-device deployment would hold. The {n_chosen} outlined, glowing squares are "
+                          "the experts this token uses here"
+                          + (" (colour: the router's probability for this token)." if colour_by == "probability" else
+                             f" (colour: how many tokens of the whole prompt chose each expert: {rt.load_ranges(grid)}).")
+                          + " Crossed: knocked out; ringed: the expert in the panel below. Point at a square for its "
+                            "numbers; click one to open it in the panel.",
+                          alt=f"Grid of {E} experts at layer {layer}, {n_chosen} chosen for the selected token.",
+                          key="routing_grid", on_select=grid_clicked, selection_mode="pick")
+            st.container(key="routing_grid_chosen").caption(
+                f"This token's {n_chosen} experts here: " + ", ".join(map(str, chosen[:rt.MAX_LISTED]))
+                + (f" and {n_chosen - rt.MAX_LISTED} more." if n_chosen > rt.MAX_LISTED else "."))
 
     with right:
         sp = rt.sparsity(settings, layer, cfg)

@@ -1,12 +1,15 @@
 """Figures of the Routing explorer: pure functions from the data of app/routing.py to plotly figures."""
 from __future__ import annotations
 
+import json
+from functools import lru_cache
+
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
 from app import theme
-from app.routing import GRID_COLS, N_SHARDS, shard_labels
+from app.routing import GRID_COLS, N_SHARDS
 
 OI = theme.OKABE_ITO
 CHOSEN = OI["vermillion"]          # the token's chosen experts: outline and glow
@@ -18,103 +21,144 @@ CELL = 14                          # px between cell centres
 MARKER = 11                        # px side of a cell's square
 
 
-def grid_figure(grid: pd.DataFrame, colour_by: str = "probability", selected: int | None = None,
-                layer: int | None = None, token_label: str = "") -> go.Figure:
-    """The routed experts as squares, one band of 4 rows per shard; the token's chosen experts
-    outlined and glowing; the 2 shared experts beside the grid. The trace named "routed experts"
-    holds one marker per expert, in expert order, with the expert id as customdata[0]; the
-    overlays skip hover, so a click always lands on it. Built as one dict and validated once
-    (plotly's add_trace/add_shape calls cost ~0.1 s for this figure; the whole dict ~2 ms)."""
-    E = len(grid)
-    rows = -(-E // GRID_COLS)
-    chosen = grid[grid["chosen"]]
-    hover = [_status_line(s, w, sl) for s, w, sl in zip(grid["status"], grid["weight"], grid["slot"])]
-    custom = np.stack([grid["expert"], grid["shard"], grid["prob"], grid["bias"], grid["biased"],
-                       grid["rank"], grid["load"]], axis=1)
+# The grid's frame in grid units (one unit = one cell) and pixels: the plot area is fixed, so a cell's
+# place on the canvas is known (tests click by it) and a new layer only swaps the data.
+GRID_X0, GRID_Y0 = -0.8, -0.75                        # left and top edge
+SHARED_X = GRID_COLS + 1.6                             # the column of the 2 shared experts
+GRID_PAD = {"left": 62, "top": 6, "right": 100, "bottom": 30}
+SHAPE_X = "M-1,-1L1,1M-1,1L1,-1"                       # an X over a knocked-out expert
+
+
+def grid_frame(n_experts: int) -> dict:
+    """The grid's size: rows, the x and y domains (grid units) and the plot area (px)."""
+    rows = -(-n_experts // GRID_COLS)
+    x1, y1 = GRID_COLS + 2.8, rows - 0.35
+    return {"rows": rows, "x": [GRID_X0, x1], "y": [GRID_Y0, y1],
+            "width": round((x1 - GRID_X0) * CELL), "height": round((y1 - GRID_Y0) * CELL)}
+
+
+def cell_centre(expert: int, n_experts: int = 896) -> tuple[float, float]:
+    """Pixel centre of an expert's square, from the top-left corner of the chart's canvas."""
+    return (GRID_PAD["left"] + (expert % GRID_COLS - GRID_X0) * CELL,
+            GRID_PAD["top"] + (expert // GRID_COLS - GRID_Y0) * CELL)
+
+
+@lru_cache(maxsize=8)
+def _grid_template(colour_by: str, n_experts: int) -> str:
+    """The grid's Vega-Lite spec without its data, as JSON: the same for every layer, token and
+    re-routing, so the browser keeps the chart and swaps its data (a new spec would rebuild it)."""
+    f = grid_frame(n_experts)
+    rows_per_shard = f["rows"] / N_SHARDS
+    x = {"field": "col", "type": "quantitative", "scale": {"domain": f["x"], "nice": False, "zero": False}}
+    y = {"field": "row", "type": "quantitative", "scale": {"domain": f["y"], "nice": False, "zero": False,
+                                                          "reverse": True}}
+    centres = [(s + 0.5) * rows_per_shard - 0.5 for s in range(N_SHARDS)]
+    shard_of = f"floor((datum.value + 0.5) / {rows_per_shard:g})"
+    y_axis = {"values": centres, "title": None, "grid": False, "ticks": False, "domain": False,
+              "labelExpr": f"'shard ' + {shard_of}"}                 # its experts: in the tooltip and the caption
+    x_axis = {"values": [SHARED_X], "title": None, "grid": False, "ticks": False, "domain": False,
+              "labelExpr": "'2 shared'"}
     if colour_by == "load":
-        marker_colour = dict(color=[LOAD_COLOURS[c] for c in grid["load_class"]])
+        colour = {"field": "load_class", "type": "nominal", "title": ["tokens of", "the prompt"],
+                  "scale": {"domain": list(LOAD_COLOURS), "range": list(LOAD_COLOURS.values())},
+                  "legend": {"orient": "right", "labelExpr": "datum.label == 'idle' ? 'none' : datum.label"}}
     else:
-        marker_colour = dict(color=grid["prob"].to_numpy(), colorscale=PROB_SCALE, cmin=0, cmax=1,
-                             colorbar=dict(title=dict(text="router<br>probability", side="top"), len=0.45, x=1.0,
-                                           xanchor="left", y=0.5, yanchor="middle", thickness=10,
-                                           tickformat=".1f"))
-    data = [
+        colour = {"field": "prob", "type": "quantitative", "title": ["router", "probability"],
+                  "scale": {"scheme": PROB_SCALE.lower(), "domain": [0, 1]},
+                  "legend": {"orient": "right", "gradientLength": 160, "format": ".1f"}}
+    experts = {"name": "experts"}
+    chosen = [{"filter": "datum.chosen"}]
+    tooltip = [{"field": "expert", "type": "quantitative", "title": "expert"},
+               {"field": "shard", "type": "quantitative", "title": "shard"},
+               {"field": "prob", "type": "quantitative", "title": "router probability", "format": ".4f"},
+               {"field": "bias", "type": "quantitative", "title": "balancing bias", "format": "+.4f"},
+               {"field": "biased", "type": "quantitative", "title": "biased score", "format": ".4f"},
+               {"field": "rank", "type": "quantitative", "title": f"rank of {n_experts}"},
+               {"field": "line", "type": "nominal", "title": "for this token"},
+               {"field": "load", "type": "quantitative", "title": "tokens of the prompt that chose it"}]
+    layers = [
+        # shard bands: light shading on alternate bands
+        {"data": {"name": "bands"}, "mark": {"type": "rect", "fill": "rgba(128,128,128,0.16)"},
+         "encoding": {"x": {"datum": -0.6, "type": "quantitative", "scale": x["scale"]},
+                      "x2": {"datum": GRID_COLS - 0.4}, "y": {**y, "field": "y0"}, "y2": {"field": "y1"}}},
         # glow: a larger translucent square behind each chosen cell, showing in the gaps around it
-        dict(type="scatter", x=chosen["col"].to_numpy(), y=chosen["row"].to_numpy(), mode="markers", name="glow",
-             showlegend=False, hoverinfo="skip",
-             marker=dict(symbol="square", size=MARKER + 10, color=CHOSEN, opacity=0.55, line=dict(width=0))),
-        dict(type="scatter", x=grid["col"].to_numpy(), y=grid["row"].to_numpy(), mode="markers",
-             name="routed experts", showlegend=False, customdata=custom, text=hover,
-             marker=dict(symbol="square", size=MARKER, line=dict(width=np.where(grid["chosen"], 2.0, 0.0),
-                                                                 color=CHOSEN), **marker_colour),
-             selected=dict(marker=dict(opacity=1)), unselected=dict(marker=dict(opacity=1)),
-             hovertemplate=("<b>expert %{customdata[0]}</b> · shard %{customdata[1]}<br>"
-                            "router probability %{customdata[2]:.4f}<br>balancing bias %{customdata[3]:+.4f}<br>"
-                            "biased score %{customdata[4]:.4f} (rank %{customdata[5]} of " + str(E) + ")<br>"
-                            "%{text}<br>tokens of the prompt that chose it: %{customdata[6]}<extra></extra>")),
-        # the outline again, on top, so neighbouring squares never cover it
-        dict(type="scatter", x=chosen["col"].to_numpy(), y=chosen["row"].to_numpy(), mode="markers",
-             name=f"chosen for this token ({len(chosen)})", hoverinfo="skip",
-             marker=dict(symbol="square-open", size=MARKER + 2, color=CHOSEN, line=dict(width=2.5))),
+        {"data": experts, "transform": chosen,
+         "mark": {"type": "square", "size": (MARKER + 10) ** 2, "fill": CHOSEN, "opacity": 0.55},
+         "encoding": {"x": x, "y": y}},
+        # the experts: click one to open it in the expert panel
+        {"data": experts,
+         "mark": {"type": "square", "size": MARKER ** 2, "opacity": 1, "cursor": "pointer"},
+         "params": [{"name": "pick", "select": {"type": "point", "fields": ["expert"], "on": "click",
+                                                  "clear": "dblclick"}}],
+         "encoding": {"x": {**x, "axis": x_axis}, "y": {**y, "axis": y_axis}, "color": colour,
+                      "tooltip": tooltip}},
+        # the outline of the chosen experts (stroke only: a click inside lands on the expert)
+        {"data": experts, "transform": chosen,
+         "mark": {"type": "square", "size": (MARKER + 2) ** 2, "filled": False, "stroke": CHOSEN,
+                  "strokeWidth": 2.5, "opacity": 1},
+         "encoding": {"x": x, "y": y}},
+        {"data": experts, "transform": [{"filter": "datum.knocked"}],
+         "mark": {"type": "point", "shape": SHAPE_X, "size": (MARKER - 3) ** 2, "filled": False,
+                  "stroke": KNOCKED, "strokeWidth": 3, "opacity": 1},
+         "encoding": {"x": x, "y": y}},
+        {"data": experts, "transform": [{"filter": "datum.selected"}],
+         "mark": {"type": "square", "size": (MARKER + 12) ** 2, "filled": False, "stroke": SELECTED,
+                  "strokeWidth": 3, "opacity": 1},
+         "encoding": {"x": x, "y": y}},
+        # the shared experts, beside the grid: every token uses both, so they are always on
+        {"data": {"name": "shared"},
+         "mark": {"type": "square", "size": (2 * MARKER) ** 2, "fill": theme.MOE, "stroke": CHOSEN,
+                  "strokeWidth": 2.5, "opacity": 1},
+         "encoding": {"x": x, "y": y, "tooltip": [{"field": "name", "type": "nominal", "title": "shared expert"},
+                                                   {"field": "line", "type": "nominal", "title": "used by"}]}},
     ]
-    ko = grid[grid["status"] == "knocked out"]
-    if len(ko):
-        data.append(dict(type="scatter", x=ko["col"].to_numpy(), y=ko["row"].to_numpy(), mode="markers",
-                         name="knocked out", hoverinfo="skip",
-                         marker=dict(symbol="x-thin-open", size=MARKER - 1, color=KNOCKED,
-                                     line=dict(width=3, color=KNOCKED))))
-    if selected is not None and 0 <= selected < E:
-        r = grid.iloc[selected]
-        data.append(dict(type="scatter", x=[int(r["col"])], y=[int(r["row"])], mode="markers",
-                         name=f"expert {selected}: in the panel below", hoverinfo="skip",
-                         marker=dict(symbol="square-open", size=MARKER + 12, color=SELECTED, line=dict(width=3))))
-    # the shared experts, beside the grid: every token uses both, so they are always on
-    sx, sy = GRID_COLS + 1.4, rows / 2
-    data.append(dict(type="scatter", x=[sx, sx], y=[sy - 1.1, sy + 1.1], mode="markers",
-                     name="2 shared experts: always on", customdata=[[-1], [-2]],
-                     text=["shared expert 1", "shared expert 2"],
-                     marker=dict(symbol="square", size=2 * MARKER, color=theme.MOE, line=dict(width=2.5, color=CHOSEN)),
-                     hovertemplate="<b>%{text}</b><br>every token uses it, with weight 1:<br>not routed, never "
-                                   "knocked out<extra></extra>"))
-    annotations = [dict(x=sx, y=sy - 2.6, text="shared", showarrow=False, font=dict(size=11))]
-    shapes = []
-    # shard bands: light shading on alternate bands, a label on the left of each
-    rows_per_shard = rows / N_SHARDS
-    for s, label in enumerate(shard_labels(E)):
-        y0, y1 = s * rows_per_shard - 0.5, (s + 1) * rows_per_shard - 0.5
-        if s % 2 == 0:
-            shapes.append(dict(type="rect", x0=-0.6, x1=GRID_COLS - 0.4, y0=y0, y1=y1, layer="below",
-                               line=dict(width=0), fillcolor="rgba(128,128,128,0.16)"))
-        name, experts = label.split(": ")
-        annotations.append(dict(x=-0.8, y=(y0 + y1) / 2, text=f"{name}<br><span style='font-size:9px'>{experts}</span>",
-                                showarrow=False, xanchor="right", font=dict(size=10)))
-    if colour_by == "load":
-        present = grid.groupby("load_class")["load"].agg(["min", "max"])
-        for cls in ("idle", "low", "mid", "high"):
-            if cls in present.index:
-                lo, hi = (int(v) for v in present.loc[cls])
-                span = f"{lo}" if lo == hi else f"{lo}–{hi}"
-                data.append(dict(type="scatter", x=[None], y=[None], mode="markers",
-                                 name=f"{cls}: {span} token{'' if hi == 1 else 's'}",
-                                 marker=dict(symbol="square", size=12, color=LOAD_COLOURS[cls])))
-    x0, x1, y0, y1 = -7.4, GRID_COLS + 2.6, rows - 0.35, -0.75
-    top, bottom, right = 36, 84, 74
-    title = f"Layer {layer}: the experts of {token_label}" if layer is not None else ""
-    layout = dict(
-        xaxis=dict(range=[x0, x1], visible=False, fixedrange=True),
-        yaxis=dict(range=[y0, y1], visible=False, fixedrange=True, scaleanchor="x", scaleratio=1),
-        width=int((x1 - x0) * CELL) + 10 + right, height=int((y0 - y1) * CELL) + top + bottom,
-        margin=dict(l=10, r=right, t=top, b=bottom), hovermode="closest", dragmode=False,
-        clickmode="event+select", title=dict(text=title, x=0.02, y=0.985, yanchor="top", font=dict(size=14)),
-        legend=dict(orientation="h", y=-0.01, x=0.0, yanchor="top", font=dict(size=11)),
-        shapes=shapes, annotations=annotations, meta={"chart": "routing_grid"})
-    return go.Figure(dict(data=data, layout=layout))
+    spec = {"$schema": "https://vega.github.io/schema/vega-lite/v5.json",
+            "width": f["width"], "height": f["height"], "autosize": {"type": "none", "contains": "content"}, "padding": GRID_PAD,
+            "layer": layers, "config": {"view": {"stroke": None}},
+            # drawn on a canvas: ~4,500 marks, which as SVG would be thousands of DOM changes per redraw
+            "usermeta": {"embedOptions": {"renderer": "canvas"}}}
+    return json.dumps(spec)
+
+
+def grid_spec(grid: pd.DataFrame, colour_by: str = "probability", selected: int | None = None) -> dict:
+    """The routed experts as squares, one band of 4 rows per shard; the token's chosen experts
+    outlined and glowing, knocked-out ones crossed, the expert in the panel ringed; the 2 shared experts
+    beside the grid. A Vega-Lite spec for st.vega_lite_chart whose selection "pick" holds the clicked
+    expert; everything that changes is in its named datasets, so the spec depends on `colour_by` only."""
+    E = len(grid)
+    spec = json.loads(_grid_template(colour_by, E))
+    f = grid_frame(E)
+    rows_per_shard = f["rows"] / N_SHARDS
+    lines = [_status_line(s, w, sl) for s, w, sl in zip(grid["status"], grid["weight"], grid["slot"])]
+    experts = pd.DataFrame({
+        "expert": grid["expert"].astype(int), "col": grid["col"].astype(int), "row": grid["row"].astype(int),
+        "shard": grid["shard"].astype(int), "prob": grid["prob"].astype(float), "bias": grid["bias"].astype(float),
+        "biased": grid["biased"].astype(float), "rank": grid["rank"].astype(int), "load": grid["load"].astype(int),
+        "load_class": grid["load_class"], "line": lines, "chosen": grid["chosen"].astype(bool),
+        "knocked": (grid["status"] == "knocked out").to_numpy(),
+        "selected": (grid["expert"] == selected).to_numpy() if selected is not None else np.zeros(E, bool)})
+    sy = f["rows"] / 2 - 0.5
+    spec["datasets"] = {
+        "experts": experts,
+        "bands": pd.DataFrame({"y0": [s * rows_per_shard - 0.5 for s in range(0, N_SHARDS, 2)],
+                               "y1": [(s + 1) * rows_per_shard - 0.5 for s in range(0, N_SHARDS, 2)]}),
+        "shared": pd.DataFrame({"col": [SHARED_X, SHARED_X], "row": [sy - 1.6, sy + 1.6],
+                                "name": ["shared expert 1", "shared expert 2"],
+                                "line": ["every token, weight 1: not routed, never knocked out"] * 2}),
+    }
+    return spec
 
 
 def _status_line(status: str, weight: float, slot: int) -> str:
     if status in ("chosen", "forced"):
-        return f"<b>{status}</b> (slot {slot + 1}), output weight {weight:.4f}"
+        return f"{status} (slot {slot + 1}), output weight {weight:.4f}"
     return status
+
+
+def grid_chosen(spec: dict) -> list[int]:
+    """The experts the grid outlines (the token's chosen experts), read back from its data."""
+    df = spec["datasets"]["experts"]
+    return sorted(int(e) for e in df.loc[df["chosen"], "expert"])
 
 
 def changed_figure(df: pd.DataFrame, k_before: int) -> go.Figure:
