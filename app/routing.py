@@ -9,7 +9,6 @@ Building it at start-up would cost ~5 s of document collection, so the sample sh
 """
 from __future__ import annotations
 
-import html
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
@@ -412,11 +411,10 @@ def chip_labels(pieces, limit: int = 24) -> list[str]:
     return labels
 
 
-def plot_label(piece: str, limit: int = 24) -> str:
-    """Label for plotly text, which interprets a few HTML tags and entities: escape them."""
+def chart_label(piece: str, limit: int = 24) -> str:
+    """Label for a Vega-Lite chart (drawn as text on a canvas: no markup to escape), shortened."""
     text = visible(piece)
-    text = text if len(text) <= limit else text[:limit] + "…"
-    return html.escape(text)
+    return text if len(text) <= limit else text[:limit] + "…"
 
 
 # ---- cached wrappers for the page (the only Streamlit here) ---------------------------------------

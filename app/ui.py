@@ -85,16 +85,17 @@ PRESENTER_VEGA = {"axis": {"labelFontSize": 15, "titleFontSize": 16}, "legend": 
                   "title": {"fontSize": 18}, "text": {"fontSize": 14}}
 
 
-def vega_chart(spec: dict, caption: str, alt: str, key: str, **kwargs):
+def vega_chart(spec: dict, caption: str, alt: str, key: str, table=None, **kwargs):
     """A Vega-Lite spec (datasets inside it) with a caption and its data as CSV, as ui.chart does for plotly;
-    the image download is in the chart's own menu (where the spec keeps it). Extra arguments (on_select,
+    the image download is in the chart's own menu (where the spec keeps it). `table`: a function giving
+    the CSV's rows where the datasets are not the numbers (an image). Extra arguments (on_select,
     selection_mode) go to st.vega_lite_chart, whose return value this returns."""
     if st.session_state.get(K_PRESENT):
         spec = spec | {"config": spec.get("config", {}) | PRESENTER_VEGA}
     out = st.vega_lite_chart(spec, width="stretch" if spec.get("width") == "container" else "content", key=key,
                              alt=alt, **kwargs)
     st.caption(caption)
-    _csv_button(lambda: export.spec_frame(spec), alt, key,
+    _csv_button(table or (lambda: export.spec_frame(spec)), alt, key,
                 "the numbers behind this chart; the chart's own menu (⋯) saves the picture")
     return out
 

@@ -142,11 +142,8 @@ ROUTING_STATE = """() => {
   const chosen = document.querySelector('.st-key-routing_grid_chosen');
   const title = head && document.querySelector('.st-key-routing_grid canvas') ? head.innerText.trim() : null;
   const charts = [chosen ? chosen.innerText : ''];
-  for (const gd of document.querySelectorAll('.js-plotly-plot')) {
-    const meta = (gd.layout && gd.layout.meta && gd.layout.meta.chart) || '?';
-    const t = String((gd.layout && gd.layout.title && gd.layout.title.text) || '');
-    charts.push(meta + ':' + t);
-  }
+  for (const c of document.querySelectorAll('[data-testid="stVegaLiteChart"]'))
+    charts.push(c.getAttribute('aria-label') || '?');
   let metric = null;
   for (const m of document.querySelectorAll('[data-testid="stMetric"]'))
     if (/Experts per token/.test(m.innerText)) {

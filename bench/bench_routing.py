@@ -14,7 +14,7 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from app import routing as rt  # noqa: E402
-from app.charts.routing import changed_figure, fingerprint_figure, grid_spec  # noqa: E402
+from app.charts.routing import changed_spec, fingerprint_spec, grid_spec  # noqa: E402
 from model.checkpoint import load_pretrained  # noqa: E402
 from model.k3 import RoutingOverride  # noqa: E402
 
@@ -47,8 +47,8 @@ def main():
     def page_work():
         grid = rt.layer_grid(new, 46, 63, ov.knocked_out)
         grid_spec(grid, "probability", 5)
-        fingerprint_figure(*rt.fingerprint(new, 63), 46).to_json()
-        changed_figure(rt.changed_choices(base, new, 63, 46), 16).to_json()
+        fingerprint_spec(*rt.fingerprint(new, 63))
+        changed_spec(rt.changed_choices(base, new, 63, 46))
     rows.append(("page data + figures after a run", median_ms(page_work, repeats)))
 
     full = rows[0][1]

@@ -299,9 +299,9 @@ async def check_own_view(page, s: Session, k_now: int) -> None:
         raise AssertionError(f"the page text names other sessions' markers {sorted(others)}")
     title = await page.evaluate(GRID_TITLE_JS)
     if title is None:
-        plots = await page.evaluate("() => [...document.querySelectorAll('.js-plotly-plot')].map("
-                                    "g => (g.layout && g.layout.meta && g.layout.meta.chart) || '?')")
-        raise AssertionError(f"no routing grid on the page; plots: {plots}")
+        charts = await page.evaluate("() => [...document.querySelectorAll('[data-testid=\"stVegaLiteChart\"]')]"
+                                     ".map(c => c.getAttribute('aria-label') || '?')")
+        raise AssertionError(f"no routing grid on the page; its charts: {charts}")
     if not re.sub(r"<[^>]*>", "", str(title)).startswith(f"Layer {s.layer}:"):
         raise AssertionError(f"the grid shows {title!r}, not this session's layer {s.layer}")
 

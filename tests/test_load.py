@@ -121,7 +121,7 @@ def test_concurrent_sessions_see_only_their_own_routing(browser, server, expecte
                                        + (f" (that is session {others}'s routing)" if others else ""))
 
         for i, pg in enumerate(pages):
-            pg.wait_for_selector(".js-plotly-plot", timeout=TIMEOUT)
+            pg.wait_for_selector(".st-key-routing_grid canvas", timeout=TIMEOUT)
             wait_settled(pg)
             check(i, SESSIONS[i][2], expected[i][0], "after loading")
 

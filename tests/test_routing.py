@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from app import routing as rt
-from app.charts.routing import grid_chosen, grid_spec
+from app.charts.routing import (CHANGED_SERIES, PREDICTION_PANELS, changed_spec, fingerprint_image,
+                                fingerprint_spec, fingerprint_table, grid_chosen, grid_spec, predictions_spec)
 from model.accounting import count_params
 from model.config import K3Config
 from model.k3 import K3Model, K3Output, RoutingOverride, Trace
@@ -17,19 +18,6 @@ from model.moe import RouteInfo, route
 
 FULL = K3Config.full()
 TINY = K3Config.tiny()
-
-
-def arr(v):
-    """A plotly array as numpy, whether plain or binary-encoded ({"dtype", "bdata"})."""
-    if isinstance(v, dict) and "bdata" in v:
-        a = np.frombuffer(base64.b64decode(v["bdata"]), dtype=np.dtype(v["dtype"]))
-        return a.reshape([int(n) for n in str(v["shape"]).split(",")]) if "shape" in v else a
-    return np.asarray(v)
-
-
-def spec(fig) -> dict:
-    """The figure as the browser (and AppTest) receives it."""
-    return json.loads(fig.to_json())
 
 
 @pytest.fixture(scope="module")
@@ -229,6 +217,67 @@ def test_top_predictions_are_sorted_probabilities(micro):
     assert df["id"][0] == int(base.logits[0, 3].argmax())
 
 
+def spec_without_data(s: dict) -> str:
+    return json.dumps({k: v for k, v in s.items() if k != "datasets"}, sort_keys=True)
+
+
+def test_changed_spec_pairs_each_layer_with_its_two_counts():
+    import pandas as pd
+    diff = pd.DataFrame({"layer": [46, 47, 48], "dropped": [3, 0, 1], "added": [3, 2, 0],
+                         "k_before": 16, "k_after": 16})
+    s = changed_spec(diff)
+    rows = s["datasets"]["changed"]
+    assert list(rows["layer"]) == [46, 46, 47, 47, 48, 48]
+    assert list(rows["series"]) == list(CHANGED_SERIES) * 3
+    assert list(rows["experts"]) == [3, 3, 0, 2, 1, 0]
+    other = changed_spec(diff.assign(layer=[1, 2, 3], added=[16, 16, 16]))
+    assert spec_without_data(s) == spec_without_data(other)      # the browser keeps the chart
+
+
+def test_predictions_spec_keeps_both_panels_on_one_scale():
+    import pandas as pd
+    before = pd.DataFrame({"rank": [1, 2, 3], "prob": [0.5, 0.2, 0.1]})
+    after = pd.DataFrame({"rank": [1, 2, 3], "prob": [0.3, 0.3, 0.2]})
+    s = predictions_spec(before, after, ["a", "␣", "␣"], ["<b>", "b", "c"])
+    rows = s["datasets"]["predictions"]
+    assert list(rows["panel"]) == [PREDICTION_PANELS[0]] * 3 + [PREDICTION_PANELS[1]] * 3
+    assert list(rows["label"][:3]) == ["a", "␣", "␣ (2)"]           # alike tokens stay two bars
+    assert list(rows["token"][3:]) == ["<b>", "b", "c"]              # canvas text: no escaping needed
+    assert list(rows["room"]) == pytest.approx([1.35 * 0.5] * 6)     # room for the largest label, both panels
+    assert s["facet"]["column"]["sort"] == list(PREDICTION_PANELS)
+    other = predictions_spec(after, before, ["x"] * 3, ["y", "z", "w"])
+    assert spec_without_data(s) == spec_without_data(other)
+
+
+def test_fingerprint_image_encodes_probability_and_choice_per_pixel():
+    import io
+
+    from PIL import Image
+    rng = np.random.default_rng(0)
+    probs = rng.dirichlet(np.ones(896), size=92).astype(np.float32)
+    probs[5, 7] = 1.0
+    mask = np.zeros_like(probs, bool)
+    mask[np.arange(92), rng.integers(0, 896, 92)] = True
+    url = fingerprint_image(probs, mask)
+    img = np.asarray(Image.open(io.BytesIO(base64.b64decode(url.split(",", 1)[1]))))
+    assert img.shape == (92, 896, 4)                                # one pixel per layer and expert
+    plain = ~mask
+    assert np.abs(img[..., 3][plain].astype(float) - probs[plain] * 0.9 * 255).max() <= 0.5 + 1e-6
+    assert (img[..., :3][plain] == 128).all()
+    if not mask[5, 7]:
+        assert img[5, 7, 3] == round(0.9 * 255)
+    assert (img[mask] == (0xD5, 0x5E, 0x00, 255)).all()             # Okabe-Ito vermillion, opaque
+    s = fingerprint_spec(list(range(1, 93)), probs, mask)
+    chosen = s["datasets"]["chosen"]
+    assert len(chosen) == 92 and set(zip(chosen["layer"] - 1, chosen["expert"])) == set(zip(*np.nonzero(mask)))
+    assert np.allclose(chosen["prob"], probs[mask.nonzero()])
+    table = fingerprint_table(list(range(1, 93)), probs, mask)
+    assert len(table) == 92 * 896 and table["chosen"].sum() == 92
+    assert table.loc[(table["layer"] == 6) & (table["expert"] == 7), "router probability"].item() == 1.0
+    other = fingerprint_spec(list(range(1, 93)), probs[::-1], mask[::-1])
+    assert spec_without_data(s) == spec_without_data(other)
+
+
 def test_expert_tables(micro):
     model, base = micro
     pieces = [f"t{i}" for i in range(10)]
@@ -267,7 +316,8 @@ def test_labels_make_whitespace_visible_and_markup_inert():
     assert rt.visible(" the") == "␣the" and rt.visible("\n") == "↵" and rt.visible("") == "∅"
     assert rt.visible("\u202e") == "⟨U+202E⟩"
     assert rt.chip_label("<script>") == r"\<script\>"
-    assert rt.plot_label("<b>x</b>") == "&lt;b&gt;x&lt;/b&gt;"
+    assert rt.chart_label("<b>x</b>") == "<b>x</b>"             # canvas text: shown as typed, never markup
+    assert rt.chart_label("\n" + "x" * 40) == "↵" + "x" * 23 + "…"
     labels = [rt.chip_label(p) for p in (" ", "\n", "\t", "  ")]
     assert all(labels) and len(set(labels)) == 4
 

@@ -1,21 +1,13 @@
 """AppTest of the Routing explorer page: the grid, the re-routing controls, layer 0, bad prompts and bad
 links. Each run forwards the live model, so the tests are few and each checks several things."""
-import base64
 import json
 from pathlib import Path
 
-import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGE = "views/routing.py"
-
-
-def arr(v):
-    if isinstance(v, dict) and "bdata" in v:
-        return np.frombuffer(base64.b64decode(v["bdata"]), dtype=np.dtype(v["dtype"]))
-    return np.asarray(v)
 
 
 def open_page(**params) -> AppTest:
@@ -34,10 +26,11 @@ def ok(at):
 
 
 def chart(at, name):
-    for el in at.get("plotly_chart"):
-        fig = json.loads(el.proto.spec)
-        if fig["layout"].get("meta", {}).get("chart") == name:
-            return fig
+    """A Vega-Lite chart by the name in its usermeta: its named datasets as data frames, or None."""
+    import pyarrow as pa
+    for el in at.get("vega_lite_chart"):
+        if json.loads(el.proto.spec).get("usermeta", {}).get("chart") == name:
+            return {ds.name: pa.ipc.open_stream(ds.data.data).read_all().to_pandas() for ds in el.proto.datasets}
     return None
 
 
@@ -66,13 +59,17 @@ def test_grid_outlines_k_experts_and_top_k_changes_k():
     at = open_page()
     assert len(outlined(at)) == 16
     assert at.slider(key="routing_layer").value == 46
-    assert chart(at, "routing_fingerprint") is not None and chart(at, "routing_predictions") is not None
+    finger = chart(at, "routing_fingerprint")
+    assert len(finger["chosen"]) == 92 * 16 and finger["image"]["url"][0].startswith("data:image/png;base64,")
+    pred = chart(at, "routing_predictions")["predictions"]
+    assert len(pred) == 10 and (pred.groupby("panel")["prob"].sum() <= 1).all()
     at.slider(key="routing_k").set_value(5).run()
     ok(at)
     assert len(outlined(at)) == 5
     assert at.query_params["k"] == "5"
     changed = chart(at, "routing_changed")                 # the re-routing now shows its effect
-    assert changed is not None and arr(changed["data"][0]["x"])[0] == 46
+    assert changed is not None and changed["changed"]["layer"].iloc[0] == 46
+    assert changed["changed"]["experts"].max() > 0 and changed["changed"]["experts"].max() <= 16
     at.toggle(key="routing_dense").set_value(True).run()
     ok(at)
     assert len(outlined(at)) == 896

@@ -10,7 +10,7 @@ import streamlit as st
 from app import routing as rt
 from app import state, ui
 from app.charts.linked import linked_figure
-from app.charts.routing import changed_figure, fingerprint_figure, grid_spec, predictions_figure
+from app.charts.routing import changed_spec, fingerprint_spec, fingerprint_table, grid_spec, predictions_spec
 from app.live import banner, forward, live
 from app.text import fmt_params
 
@@ -201,18 +201,18 @@ def explorer(prompt) -> None:
                     icon=":material/alt_route:")
         else:
             diff = rt.changed_choices(base, run, token, plan[0])
-            ui.chart(changed_figure(diff, int(diff["k_before"].iloc[0])),
-                     rt.changed_caption(diff, plan[0], scope),
-                     alt="Bar chart of changed expert choices per layer for the chosen token.", key="routing_changed")
+            ui.vega_chart(changed_spec(diff), rt.changed_caption(diff, plan[0], scope),
+                          alt="Bar chart of changed expert choices per layer for the chosen token.", key="routing_changed")
     with c_pred:
         pieces_of = lv.tokenizer.pieces
         before, after = rt.top_predictions(base, token, pieces_of), rt.top_predictions(run, token, pieces_of)
-        ui.chart(predictions_figure(before, after, [rt.plot_label(p) for p in before["piece"]],
-                                    [rt.plot_label(p) for p in after["piece"]], plan is not None),
-                 f"The live model's five most likely next tokens after “{rt.chip_label(piece)}”, with the model's "
-                 "own routing (left) and with your re-routing (right).",
-                 alt="Two bar charts of the top-5 next-token probabilities before and after re-routing.",
-                 key="routing_predictions")
+        ui.vega_chart(predictions_spec(before, after, [rt.chart_label(p) for p in before["piece"]],
+                                       [rt.chart_label(p) for p in after["piece"]], st.context.theme.type),
+                      f"The live model's five most likely next tokens after “{rt.chip_label(piece)}”, with the model's "
+                      "own routing (left) and with your re-routing (right"
+                      + (")." if plan is not None else ": the same until you change the routing)."),
+                      alt="Two bar charts of the top-5 next-token probabilities before and after re-routing.",
+                      key="routing_predictions")
 
     if layer > 0:
         st.subheader(f"Which tokens does each expert serve? Layer {layer}, point and see")
@@ -257,12 +257,13 @@ def explorer(prompt) -> None:
 
     st.subheader(f"The routing fingerprint of “{rt.chip_label(piece)}”")
     layers, probs, mask = rt.fingerprint(run, token)
-    ui.chart(fingerprint_figure(layers, probs, mask),
-             f"Each row is one of the {len(layers)} mixture-of-experts layers, each column one of the {E} experts; "
-             "colour is the router's probability, small squares mark the experts the token used (your re-routing "
-             "included). The pattern changes from layer to layer: each layer has its own router and its own experts.",
-             alt="Heatmap of router probability over layers and experts for the chosen token, chosen experts marked.",
-             key="routing_fingerprint")
+    ui.vega_chart(fingerprint_spec(layers, probs, mask),
+                  f"Each row is one of the {len(layers)} mixture-of-experts layers, each column one of the {E} "
+                  "experts; grey is the router's probability, the coloured cells are the experts the token used "
+                  "(your re-routing included): point at one for its numbers. The pattern changes from layer to "
+                  "layer: each layer has its own router and its own experts.",
+                  alt="Heatmap of router probability over layers and experts for the chosen token, chosen experts marked.",
+                  key="routing_fingerprint", table=lambda: fingerprint_table(layers, probs, mask))
 
     if held_slot is not None:
         with held_slot.container():

@@ -1,4 +1,5 @@
-"""Figures of the Routing explorer: pure functions from the data of app/routing.py to plotly figures."""
+"""Figures of the Routing explorer: pure functions from the data of app/routing.py to Vega-Lite specs whose
+shape never changes (the browser keeps each chart and swaps its named datasets)."""
 from __future__ import annotations
 
 import json
@@ -6,7 +7,6 @@ from functools import lru_cache
 
 import numpy as np
 import pandas as pd
-import plotly.graph_objects as go
 
 from app import theme
 from app.routing import GRID_COLS, N_SHARDS
@@ -161,67 +161,173 @@ def grid_chosen(spec: dict) -> list[int]:
     return sorted(int(e) for e in df.loc[df["chosen"], "expert"])
 
 
-def changed_figure(df: pd.DataFrame, k_before: int) -> go.Figure:
-    """Per later layer: how many of the token's original experts were dropped, how many are new."""
-    x = df["layer"].to_numpy()
-    data = [dict(type="bar", x=x, y=df["dropped"].to_numpy(), name=f"of its {k_before} original experts, no longer chosen",
-                 marker=dict(color=CHOSEN), hovertemplate="layer %{x}: %{y} dropped<extra></extra>"),
-            dict(type="bar", x=x, y=df["added"].to_numpy(), name="newly chosen experts",
-                 marker=dict(color=OI["blue"]), hovertemplate="layer %{x}: %{y} new<extra></extra>")]
-    layout = dict(xaxis=dict(title=dict(text="layer"), range=[x.min() - 0.7, x.max() + 0.7] if len(df) else None),
-                  yaxis=dict(title=dict(text="experts"), rangemode="tozero"),
-                  height=300, barmode="group", bargap=0.15, margin=dict(l=10, r=10, t=10, b=10),
-                  legend=dict(orientation="h", y=-0.3, x=0), meta={"chart": "routing_changed"})
-    return go.Figure(dict(data=data, layout=layout))
+CHANGED_SERIES = ("no longer chosen", "newly chosen")     # of the token's experts before the change
 
 
-def predictions_figure(before: pd.DataFrame, after: pd.DataFrame, labels_before: list[str],
-                       labels_after: list[str], changed: bool) -> go.Figure:
-    """Top-5 next tokens before and after the re-routing, side by side on one probability scale."""
-    titles = ("model's own routing", "your re-routing" if changed else "your re-routing (no change yet)")
-    top = float(max(before["prob"].max(), after["prob"].max()))
-    fmt = ".1%" if top < 0.05 else ".0%"
-    gap = 0.22
-    width = (1 - gap) / 2
-    domains = ([0, width], [1 - width, 1])
-    data, layout = [], dict(height=260, margin=dict(l=10, r=10, t=30, b=10), meta={"chart": "routing_predictions"},
-                            annotations=[])
-    for i, (df, labels, colour) in enumerate(((before, labels_before, theme.K2), (after, labels_after, theme.ACCENT))):
-        n = "" if i == 0 else "2"
-        data.append(dict(type="bar", x=df["prob"].to_numpy(), y=df["rank"].to_numpy(), orientation="h",
-                         marker=dict(color=colour), showlegend=False, text=[f"{p:.1%}" for p in df["prob"]],
-                         textposition="outside", cliponaxis=False, customdata=labels, xaxis=f"x{n}", yaxis=f"y{n}",
-                         hovertemplate="%{customdata}: %{x:.2%}<extra></extra>"))
-        layout[f"xaxis{n}"] = dict(domain=domains[i], anchor=f"y{n}", range=[0, top * 1.35], tickformat=fmt, nticks=4)
-        layout[f"yaxis{n}"] = dict(anchor=f"x{n}", tickvals=list(df["rank"]), ticktext=labels, autorange="reversed")
-        layout["annotations"].append(dict(text=titles[i], x=sum(domains[i]) / 2, y=1.0, xref="paper", yref="paper",
-                                          xanchor="center", yanchor="bottom", showarrow=False, font=dict(size=12)))
-    return go.Figure(dict(data=data, layout=layout))
+@lru_cache(maxsize=1)
+def _changed_template() -> str:
+    tooltip = [{"field": "layer", "type": "ordinal"}, {"field": "series", "type": "nominal", "title": "experts"},
+               {"field": "experts", "type": "quantitative", "title": "how many"}]
+    spec = {"$schema": "https://vega.github.io/schema/vega-lite/v5.json",
+            "data": {"name": "changed"}, "width": "container", "height": 230,
+            "mark": {"type": "bar"},
+            "encoding": {
+                "x": {"field": "layer", "type": "ordinal", "title": "layer",
+                      "axis": {"labelAngle": 0, "labelExpr": "datum.value % 10 == 0 ? datum.label : ''"}},
+                "xOffset": {"field": "series", "type": "nominal", "sort": list(CHANGED_SERIES)},
+                "y": {"field": "experts", "type": "quantitative", "title": "experts"},
+                "color": {"field": "series", "type": "nominal", "title": None,
+                          "scale": {"domain": list(CHANGED_SERIES), "range": [CHOSEN, OI["blue"]]},
+                          "legend": {"orient": "bottom", "direction": "horizontal"}},
+                "tooltip": tooltip},
+            "usermeta": {"chart": "routing_changed", "embedOptions": {"renderer": "canvas"}}}
+    return json.dumps(spec)
 
 
-def fingerprint_figure(layers: list[int], probs: np.ndarray, mask: np.ndarray) -> go.Figure:
+def changed_spec(df: pd.DataFrame) -> dict:
+    """Per later layer: how many of the token's original experts were dropped and how many are new, as
+    grouped bars (a Vega-Lite spec whose data is its named dataset "changed"; the spec never changes)."""
+    spec = json.loads(_changed_template())
+    layers = df["layer"].astype(int).to_numpy()
+    spec["datasets"] = {"changed": pd.DataFrame({
+        "layer": np.repeat(layers, 2), "series": np.tile(CHANGED_SERIES, len(layers)),
+        "experts": np.column_stack([df["dropped"], df["added"]]).reshape(-1).astype(int)})}
+    return spec
+
+
+PREDICTION_PANELS = ("model's own routing", "your re-routing")
+
+
+INK = {"light": "#31333f", "dark": "#fafafa", None: "#808080"}   # Streamlit's text colour per theme; grey: unknown
+
+
+@lru_cache(maxsize=3)
+def _predictions_template(theme_type: str | None) -> str:
+    x = {"field": "prob", "type": "quantitative", "title": None,
+         "axis": {"format": ".2~%", "tickCount": 4, "grid": True}}
+    y = {"field": "label", "type": "nominal", "title": None, "sort": {"field": "rank", "op": "min"},
+         "axis": {"labelLimit": 130, "ticks": False}}
+    layer = [
+        {"mark": {"type": "bar"},
+         "encoding": {"x": x, "y": y,
+                      "color": {"field": "panel", "type": "nominal", "legend": None,
+                                "scale": {"domain": list(PREDICTION_PANELS), "range": [theme.K2, theme.ACCENT]}},
+                      "tooltip": [{"field": "token", "type": "nominal"},
+                                  {"field": "prob", "type": "quantitative", "title": "probability", "format": ".2%"}]}},
+        {"mark": {"type": "text", "align": "left", "dx": 3, "color": INK.get(theme_type, INK[None])},
+         "encoding": {"x": x, "y": y, "text": {"field": "prob", "type": "quantitative", "format": ".1%"}}},
+        # an invisible tick at 1.35x the largest probability on both panels: room for the labels
+        {"mark": {"type": "tick", "opacity": 0}, "encoding": {"x": {"field": "room", "type": "quantitative"}, "y": y}},
+    ]
+    spec = {"$schema": "https://vega.github.io/schema/vega-lite/v5.json",
+            "data": {"name": "predictions"},
+            "facet": {"column": {"field": "panel", "type": "nominal", "sort": list(PREDICTION_PANELS), "title": None,
+                                 "header": {"labelFontSize": 12}}},
+            "spec": {"width": 170, "height": 150, "layer": layer},
+            "resolve": {"scale": {"y": "independent"}},
+            "usermeta": {"chart": "routing_predictions", "embedOptions": {"renderer": "canvas"}}}
+    return json.dumps(spec)
+
+
+def predictions_spec(before: pd.DataFrame, after: pd.DataFrame, labels_before: list[str],
+                     labels_after: list[str], theme_type: str | None = None) -> dict:
+    """Top-5 next tokens with the model's own routing and with the re-routing, side by side on one
+    probability scale (a Vega-Lite spec with its data in the named dataset "predictions"). The
+    percentages are text in the page's text colour for `theme_type` ("light", "dark")."""
+    spec = json.loads(_predictions_template(theme_type))
+    room = 1.35 * float(max(before["prob"].max(), after["prob"].max()))
+    parts = []
+    for panel, df, labels in zip(PREDICTION_PANELS, (before, after), (labels_before, labels_after)):
+        seen: dict[str, int] = {}
+        axis = []
+        for label in labels:                       # two tokens can look alike (e.g. two kinds of space)
+            seen[label] = seen.get(label, 0) + 1
+            axis.append(label if seen[label] == 1 else f"{label} ({seen[label]})")
+        parts.append(pd.DataFrame({"panel": panel, "rank": df["rank"].astype(int).to_numpy(), "label": axis,
+                                   "token": list(labels), "prob": df["prob"].astype(float).to_numpy(),
+                                   "room": room}))
+    spec["datasets"] = {"predictions": pd.concat(parts, ignore_index=True)}
+    return spec
+
+
+def fingerprint_image(probs: np.ndarray, mask: np.ndarray) -> str:
+    """The fingerprint as a PNG data URL, one pixel per (layer, expert): grey whose opacity is the router
+    probability (so it reads on the light and the dark page), the chosen experts in the outline colour."""
+    import base64
+    import io
+
+    from PIL import Image
+    alpha = np.rint(np.clip(probs, 0, 1) * 0.9 * 255).astype(np.uint8)
+    rgba = np.empty(probs.shape + (4,), np.uint8)
+    rgba[..., :3], rgba[..., 3] = 128, alpha
+    r, g, b = (int(CHOSEN[i:i + 2], 16) for i in (1, 3, 5))
+    rgba[mask] = (r, g, b, 255)
+    buf = io.BytesIO()
+    Image.fromarray(rgba, "RGBA").save(buf, "PNG", optimize=True)
+    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
+
+
+FINGERPRINT_HEIGHT = 460
+
+
+@lru_cache(maxsize=2)
+def _fingerprint_template(n_experts: int, n_layers: int) -> str:
+    size = n_experts // N_SHARDS
+    x = {"field": "expert", "type": "quantitative", "title": "expert (ticks at the 8 shard boundaries)",
+         "scale": {"domain": [-0.5, n_experts - 0.5], "nice": False, "zero": False},
+         "axis": {"values": list(range(0, n_experts + 1, size)), "grid": False}}
+    y = {"field": "layer", "type": "quantitative", "title": "layer",
+         "scale": {"nice": False, "zero": False, "reverse": True, "padding": 0},
+         "axis": {"grid": False, "tickMinStep": 1}}
+    tooltip = [{"field": "layer", "type": "quantitative"}, {"field": "expert", "type": "quantitative"},
+               {"field": "prob", "type": "quantitative", "title": "router probability", "format": ".4f"}]
+    layers = [
+        # two corners half a cell outside the first and last layer: they set the y scale, the gradient legend
+        {"data": {"name": "frame"}, "mark": {"type": "point", "opacity": 0},
+         "encoding": {"x": x, "y": y,
+                      "color": {"field": "pct", "type": "quantitative", "title": ["router", "probability %"],
+                                "scale": {"domain": [0, 100], "range": ["rgba(128,128,128,0)",
+                                                                         "rgba(128,128,128,0.9)"]},
+                                "legend": {"orient": "right", "gradientLength": 160}}}},
+        # every cell at once, as one image (82,432 marks would take the browser far longer to draw)
+        {"data": {"name": "image"}, "mark": {"type": "image", "aspect": False, "smooth": False,
+                                               "align": "left", "baseline": "top",
+                                               "width": {"expr": "width"}, "height": {"expr": "height"}},
+         "encoding": {"url": {"field": "url", "type": "nominal"}, "x": {"value": 0}, "y": {"value": 0}}},
+        # the chosen experts drawn over it, wider than a cell so that they show and can be pointed at
+        {"data": {"name": "chosen"}, "mark": {"type": "rect", "width": 3, "height": {"expr": f"height / {n_layers}"},
+                                                "opacity": 1, "fill": CHOSEN},
+         "encoding": {"x": x, "y": y, "tooltip": tooltip,
+                      "stroke": {"datum": "chosen by the token", "type": "nominal", "title": None,
+                                 "scale": {"range": [CHOSEN]}, "legend": {"orient": "bottom", "symbolType": "square",
+                                                                            "symbolFillColor": CHOSEN}}}},
+    ]
+    spec = {"$schema": "https://vega.github.io/schema/vega-lite/v5.json",
+            "width": "container", "height": FINGERPRINT_HEIGHT, "layer": layers,
+            "resolve": {"scale": {"color": "independent", "stroke": "independent"}},
+            "config": {"view": {"stroke": None}},
+            "usermeta": {"chart": "routing_fingerprint", "embedOptions": {"renderer": "canvas"}}}
+    return json.dumps(spec)
+
+
+def fingerprint_spec(layers: list[int], probs: np.ndarray, mask: np.ndarray) -> dict:
     """Router probability of one token for every expert (columns) in every MoE layer (rows), the chosen
-    experts marked. Probability is drawn as grey over the page's own background (so it reads in light
-    and dark themes) and sent as whole percents (uint8) to keep the page light. The chosen experts are a
-    second heatmap (one colour, gaps elsewhere), not 1,472 scatter markers: a heatmap is one image, so the
-    browser redraws it at once (the markers were ~25,000 DOM changes per redraw). It does not depend on the
-    layer being viewed, so moving through layers leaves it as it is."""
+    experts marked: an image of all cells (app.charts.routing.fingerprint_image) under pointable marks
+    for the chosen ones, in a Vega-Lite spec that never changes (its data: named datasets)."""
     E = probs.shape[1]
-    pct = np.rint(np.clip(probs, 0, 1) * 100).astype(np.uint8)
-    chosen = np.where(mask, 1.0, np.nan)
-    y = np.asarray(layers)
-    data = [dict(type="heatmap", z=pct, x=np.arange(E), y=y, zmin=0, zmax=100,
-                 name="router probability", colorscale=[[0, "rgba(128,128,128,0)"], [1, "rgba(128,128,128,0.9)"]],
-                 colorbar=dict(title=dict(text="router<br>probability %", side="top"), thickness=10, len=0.7),
-                 hovertemplate="layer %{y}, expert %{x}<br>router probability %{z}%<extra></extra>"),
-            dict(type="heatmap", z=chosen, x=np.arange(E), y=y, zmin=0, zmax=1, showscale=False,
-                 name="chosen by the token", showlegend=True, hoverinfo="skip",
-                 colorscale=[[0, CHOSEN], [1, CHOSEN]])]
-    size = E // N_SHARDS
-    layout = dict(
-        xaxis=dict(title=dict(text="expert (ticks at the 8 shard boundaries)"), tickvals=list(range(0, E + 1, size)),
-                   range=[-0.5, E - 0.5], showgrid=False, zeroline=False),
-        yaxis=dict(title=dict(text="layer"), autorange="reversed", showgrid=False, zeroline=False),
-        height=460, margin=dict(l=10, r=10, t=10, b=10), showlegend=True,
-        legend=dict(orientation="h", y=-0.16, x=0), meta={"chart": "routing_fingerprint"})
-    return go.Figure(dict(data=data, layout=layout))
+    spec = json.loads(_fingerprint_template(E, len(layers)))
+    rows, cols = np.nonzero(mask)
+    lay = np.asarray(layers)
+    spec["datasets"] = {
+        "frame": pd.DataFrame({"expert": [-0.5, E - 0.5], "layer": [lay[0] - 0.5, lay[-1] + 0.5], "pct": [0, 100]}),
+        "image": pd.DataFrame({"url": [fingerprint_image(probs, mask)]}),
+        "chosen": pd.DataFrame({"layer": lay[rows], "expert": cols, "prob": probs[rows, cols].astype(float)}),
+    }
+    return spec
+
+
+def fingerprint_table(layers: list[int], probs: np.ndarray, mask: np.ndarray) -> pd.DataFrame:
+    """Every cell of the fingerprint (its CSV): layer, expert, router probability, chosen."""
+    L, E = probs.shape
+    return pd.DataFrame({"layer": np.repeat(np.asarray(layers), E), "expert": np.tile(np.arange(E), L),
+                         "router probability": probs.reshape(-1), "chosen": mask.reshape(-1)})
