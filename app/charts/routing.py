@@ -263,7 +263,7 @@ def fingerprint_image(probs: np.ndarray, mask: np.ndarray) -> str:
     r, g, b = (int(CHOSEN[i:i + 2], 16) for i in (1, 3, 5))
     rgba[mask] = (r, g, b, 255)
     buf = io.BytesIO()
-    Image.fromarray(rgba, "RGBA").save(buf, "PNG", optimize=True)
+    Image.fromarray(rgba, "RGBA").save(buf, "PNG", compress_level=1)   # ~8 ms; optimize=True took ~0.5 s
     return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
 
 
