@@ -221,7 +221,7 @@ def test_hostile_query_string_through_the_proxy(deployment, browser):
             errors = []
             pg.on("pageerror", lambda e: errors.append(str(e)))
             pg.goto(root + "routing?" + query, timeout=TIMEOUT)
-            pg.wait_for_selector(".js-plotly-plot", timeout=TIMEOUT)
+            pg.wait_for_selector(".st-key-routing_grid canvas", timeout=TIMEOUT)   # the expert grid drawn
             settle(pg)
             assert pg.locator('[data-testid="stException"]').count() == 0, f"traceback ({where})"
             assert "Traceback" not in pg.inner_text("body")
@@ -265,7 +265,7 @@ def test_sessions_see_their_own_prompt_and_survive_a_replica_dying(deployment, b
             pg.goto(f"{base}routing?preset=own&text={markers[name]}%20reads%20its%20own%20prompt", timeout=TIMEOUT)
             pages[name] = pg
         for name, pg in pages.items():
-            pg.wait_for_selector(".js-plotly-plot", timeout=TIMEOUT)
+            pg.wait_for_selector(".st-key-routing_grid canvas", timeout=TIMEOUT)   # the expert grid drawn
             settle(pg)
             own, other = markers[name], markers["b" if name == "a" else "a"]
             box = pg.get_by_label(PROMPT_BOX).input_value()
@@ -286,7 +286,7 @@ def test_sessions_see_their_own_prompt_and_survive_a_replica_dying(deployment, b
         os.kill(by_addr[addr_a]["pid"], signal.SIGKILL)
         pa.wait_for_function("() => window.__k3lost", timeout=60_000)
         pa.wait_for_function(f"() => {CONN} === 'CONNECTED' && window.__k3runs > 0", timeout=TIMEOUT)
-        pa.wait_for_selector(".js-plotly-plot", timeout=TIMEOUT)
+        pa.wait_for_selector(".st-key-routing_grid canvas", timeout=TIMEOUT)   # the expert grid drawn
         settle(pa)
         assert replica_of(ctx_a, base) == addr_b, "session a should now be on the surviving replica"
         assert pa.locator('[data-testid="stException"]').count() == 0, "traceback after the reconnect"
