@@ -13,3 +13,12 @@ K2 = OKABE_ITO["grey"]
 K3 = OKABE_ITO["blue"]
 ACCENT = OKABE_ITO["orange"]
 SEQUENCE = [OKABE_ITO[k] for k in ("blue", "orange", "green", "vermillion", "purple", "sky", "yellow", "grey")]
+
+
+INK = {"light": "#31333f", "dark": "#fafafa"}   # Streamlit's text colour in its light and dark theme
+
+
+def ink(theme_type: str | None) -> str:
+    """Text colour for marks drawn on a chart's canvas (which the chart's theme does not colour), for
+    st.context.theme.type; mid grey, readable on both, when the theme is not known."""
+    return INK.get(theme_type, "#808080")

@@ -2,11 +2,14 @@
 shape never changes (the browser keeps each chart and swaps its named datasets)."""
 from __future__ import annotations
 
+import base64
+import io
 import json
 from functools import lru_cache
 
 import numpy as np
 import pandas as pd
+from PIL import Image
 
 from app import theme
 from app.routing import GRID_COLS, N_SHARDS
@@ -198,9 +201,6 @@ def changed_spec(df: pd.DataFrame) -> dict:
 PREDICTION_PANELS = ("model's own routing", "your re-routing")
 
 
-INK = {"light": "#31333f", "dark": "#fafafa", None: "#808080"}   # Streamlit's text colour per theme; grey: unknown
-
-
 @lru_cache(maxsize=3)
 def _predictions_template(theme_type: str | None) -> str:
     x = {"field": "prob", "type": "quantitative", "title": None,
@@ -214,7 +214,7 @@ def _predictions_template(theme_type: str | None) -> str:
                                 "scale": {"domain": list(PREDICTION_PANELS), "range": [theme.K2, theme.ACCENT]}},
                       "tooltip": [{"field": "token", "type": "nominal"},
                                   {"field": "prob", "type": "quantitative", "title": "probability", "format": ".2%"}]}},
-        {"mark": {"type": "text", "align": "left", "dx": 3, "color": INK.get(theme_type, INK[None])},
+        {"mark": {"type": "text", "align": "left", "dx": 3, "color": theme.ink(theme_type)},
          "encoding": {"x": x, "y": y, "text": {"field": "prob", "type": "quantitative", "format": ".1%"}}},
         # an invisible tick at 1.35x the largest probability on both panels: room for the labels
         {"mark": {"type": "tick", "opacity": 0}, "encoding": {"x": {"field": "room", "type": "quantitative"}, "y": y}},
@@ -253,10 +253,6 @@ def predictions_spec(before: pd.DataFrame, after: pd.DataFrame, labels_before: l
 def fingerprint_image(probs: np.ndarray, mask: np.ndarray) -> str:
     """The fingerprint as a PNG data URL, one pixel per (layer, expert): grey whose opacity is the router
     probability (so it reads on the light and the dark page), the chosen experts in the outline colour."""
-    import base64
-    import io
-
-    from PIL import Image
     alpha = np.rint(np.clip(probs, 0, 1) * 0.9 * 255).astype(np.uint8)
     rgba = np.empty(probs.shape + (4,), np.uint8)
     rgba[..., :3], rgba[..., 3] = 128, alpha
