@@ -171,8 +171,8 @@ class Ints(Control):
     def normal(self, value):
         return list(value) if self.ordered else sorted(value)
 
-    def parse(self, raw):
-        items = [x.strip() for x in str(raw).split(",") if x.strip()]
+    def parse(self, raw, whose: str = "The link's"):
+        items = [x.strip() for x in str(raw).replace(";", ",").replace(" ", ",").split(",") if x.strip()]
         good, junk, outside, notes = [], [], [], []
         for x in items:
             if not _INT.match(x):
@@ -182,13 +182,13 @@ class Ints(Control):
             elif int(x) not in good:
                 good.append(int(x))
         if junk:
-            notes.append(f"The link's {self.label} list had entries that are not whole numbers "
+            notes.append(f"{whose} {self.label} list had entries that are not whole numbers "
                          f"({_shown(', '.join(junk[:5]))}): ignored.")
         if outside:
-            notes.append(f"The link's {self.label} list named values outside {self.lo}–{self.hi} "
+            notes.append(f"{whose} {self.label} list named values outside {self.lo}–{self.hi} "
                          f"({_shown(', '.join(outside[:5]))}): ignored.")
         if len(good) > self.most:
-            notes.append(f"The link's {self.label} list was cut to its first {self.most} entries.")
+            notes.append(f"{whose} {self.label} list was cut to its first {self.most} entries.")
             good = good[:self.most]
         return good, " ".join(notes) or None
 
@@ -333,6 +333,27 @@ class View:
                 on_change()
 
         widget(label, *args, key=key, on_change=changed, **kwargs)
+        return self[param]
+
+
+    def draw_ids(self, param: str, label: str, **kwargs) -> list[int]:
+        """A list of whole numbers (an Ints control) drawn as a text box of comma-separated ids: one cheap
+        element where a multiselect would carry all its options (896 experts) on every rerun. Typed text is
+        read as a link value is, and what it had to drop is said under the box. Returns the list."""
+        c = self.controls[param]
+        assert isinstance(c, Ints), param
+        key, note_key = self.key(param), self.key(param) + "__note"
+        st.session_state[key] = ", ".join(map(str, self[param]))
+
+        def changed():
+            value, note = c.parse(st.session_state.get(key) or "", whose="Your")
+            st.session_state[note_key] = note
+            self.set(param, value)
+
+        st.text_input(label, key=key, on_change=changed, **kwargs)
+        note = st.session_state.pop(note_key, None)
+        if note:
+            st.caption(f":material/rule: {note}")
         return self[param]
 
 

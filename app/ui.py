@@ -82,7 +82,7 @@ def chart(fig, caption: str, alt: str, key: str | None = None, **kwargs):
 
 # Presenter mode's larger type for a Vega-Lite chart (ui.chart gives plotly figures the same).
 PRESENTER_VEGA = {"axis": {"labelFontSize": 15, "titleFontSize": 16}, "legend": {"labelFontSize": 15, "titleFontSize": 15},
-                  "title": {"fontSize": 18}, "text": {"fontSize": 14}}
+                  "title": {"fontSize": 18}, "text": {"fontSize": 14}, "header": {"labelFontSize": 16}}
 
 
 def vega_chart(spec: dict, caption: str, alt: str, key: str, table=None, **kwargs):

@@ -34,13 +34,13 @@ def test_spec_links_tokens_and_experts_without_the_server():
     pairs = rt.layer_pairs(out, layer, pieces)
     loads = rt.expert_loads(pairs, cfg.n_routed_experts)
     spec = linked_figure(pairs, loads, pieces)
-    json.dumps(spec)                                                  # plain JSON, nothing left for the server
+    json.dumps({k: v for k, v in spec.items() if k != "datasets"})    # plain JSON but the data frames
     params = {p["name"]: p for p in spec["params"]}
     assert set(params) == {"expert", "token"}
     assert all(p["select"]["on"] == "pointerover" for p in params.values())
     filters = [n["filter"]["param"] for n in _walk(spec) if isinstance(n.get("filter"), dict) and "param" in n["filter"]]
     assert sorted(filters) == ["expert", "token"]
-    data = spec["datasets"]
+    data = {name: df.to_dict(orient="records") for name, df in spec["datasets"].items()}
     k = out.trace.experts(layer).shape[-1]
     assert len(data["pairs"]) == 9 * k and len(data["experts"]) == cfg.n_routed_experts
     assert sum(e["load"] for e in data["experts"]) == 9 * k

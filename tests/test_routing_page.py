@@ -79,19 +79,32 @@ def test_grid_outlines_k_experts_and_top_k_changes_k():
 def test_knocked_out_expert_is_never_outlined():
     at = open_page(token="4")
     before = outlined(at)
-    victim = at.selectbox(key="routing_expert").value       # the panel opens on the token's first expert
+    victim = at.number_input(key="routing_expert").value       # the panel opens on the token's first expert
     assert victim in before
     at.button(key="routing_knock").click().run()            # "Knock out" in the expert panel
     ok(at)
-    assert at.multiselect(key="routing_ko").value == [victim]
+    assert at.text_input(key="routing_ko").value == str(victim)
     after = outlined(at)
     assert victim not in after and len(after) == 16
     other = sorted(after)[:2]
-    at.multiselect(key="routing_ko").set_value([victim, *other]).run()
+    at.text_input(key="routing_ko").input(f"{victim}, {other[0]} {other[1]}").run()   # typed: commas or spaces
     ok(at)
     after = outlined(at)
     assert not after & {victim, *other} and len(after) == 16
     assert at.query_params["ko"] == ",".join(map(str, sorted([victim, *other])))
+    assert at.text_input(key="routing_ko").value == ", ".join(map(str, sorted([victim, *other])))
+
+
+def test_typed_expert_ids_keep_the_good_ones_and_say_what_was_dropped():
+    at = open_page(token="4")
+    at.text_input(key="routing_ko").input("5, abc, 9999, 5, <b>7</b>").run()
+    ok(at)
+    assert at.query_params["ko"] == "5" and 5 not in outlined(at)
+    said = " ".join(c.value for c in at.caption)
+    assert "not whole numbers" in said and "outside 0–895" in said and "<b>" not in said
+    at.text_input(key="routing_ko").input("").run()                      # emptied: nothing knocked out
+    ok(at)
+    assert "ko" not in at.query_params and at.text_input(key="routing_ko").value == ""
 
 
 def test_layer_zero_says_it_is_dense():
@@ -115,7 +128,7 @@ def test_bad_links_clamp_with_a_notice(params, expected):
         assert at.slider(key="routing_layer").value == 92 and at.pills(key="routing_token").value == 0
         assert at.query_params["layer"] == "92" and at.query_params["token"] == "0"
     else:
-        assert at.slider(key="routing_k").value == 64 and at.multiselect(key="routing_ko").value == [5]
+        assert at.slider(key="routing_k").value == 64 and at.text_input(key="routing_ko").value == "5"
         assert "junk" not in at.query_params
 
 

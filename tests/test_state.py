@@ -44,6 +44,9 @@ def test_flag_lists_and_text():
     value, note = ints.parse("5,abc,9999,5,7,8,9")
     assert value == [5, 7, 8] and "abc" in note and "9999" in note and "first 3" in note
     assert ints.dump([3, 40]) == "3,40"
+    typed, note = ints.parse(" 12 40;7 x", whose="Your")               # typed in a text box: spaces, semicolons
+    assert typed == [12, 40, 7] and note.startswith("Your knocked-out experts list") and "(x)" in note
+    assert ints.parse("") == ([], None)
     many = state.Choices("verdict", ["a", "b"], "verdict filter", options=("holds", "does-not-hold"))
     assert many.parse("holds,nope") == (["holds"], many.parse("holds,nope")[1]) and "nope" in many.parse("x,nope")[1]
     assert many.parse("nope")[0] is None
@@ -85,7 +88,7 @@ def test_routing_view_survives_own_text_and_reopens_from_its_link():
     assert link["preset"] == "own" and link["text"] == "The cat sat on the mat"
     at.button(key="routing_knock").click().run()
     knocked = params(at)["ko"]
-    assert at.multiselect(key="routing_ko").value == [int(knocked)]
+    assert at.text_input(key="routing_ko").value == knocked
     at.pills(key="routing_token").set_value(2).run()
     at.toggle(key="routing_dense").set_value(True).run()
     link = params(at)
@@ -99,7 +102,7 @@ def test_routing_view_survives_own_text_and_reopens_from_its_link():
     assert fresh.slider(key="routing_k").value == 4
     assert fresh.toggle(key="routing_dense").value is True
     assert fresh.toggle(key="routing_bias").value is False
-    assert fresh.multiselect(key="routing_ko").value == [int(knocked)]
+    assert fresh.text_input(key="routing_ko").value == knocked
     assert fresh.pills(key="routing_token").value == 2
     assert fresh.text_area(key="prompt_text").value == "The cat sat on the mat"
     assert params(fresh) == link

@@ -116,10 +116,11 @@ def explorer(prompt) -> None:
         use_bias = view.draw(st.toggle, "bias", "Balancing bias (selection only)",
                              help="Quantile Balancing's bias is added to the scores to pick experts; the output "
                                   "weights always use the raw scores")
-        knocked = view.draw(st.multiselect, "ko", "Knock out experts", list(range(E)), max_selections=rt.MAX_LISTED,
-                            placeholder="pick ids, or click a square and use the panel below")
-        forced = view.draw(st.multiselect, "force", "Force experts (always chosen)", list(range(E)),
-                           max_selections=rt.MAX_LISTED, placeholder="pick ids")
+        knocked = view.draw_ids("ko", f"Knock out experts (ids 0–{E - 1})", placeholder="e.g. 12, 40; or click a square "
+                                "and use the panel below", help="ids separated by commas or spaces; Enter applies")
+        forced = view.draw_ids("force", f"Force experts: always chosen (ids 0–{E - 1})", placeholder="e.g. 7",
+                               help="ids separated by commas or spaces; Enter applies. With more of them than top-k, the "
+                                    "first ones are kept")
         scope = view.draw(st.radio, "scope", "Apply the change at", list(rt.SCOPES), format_func=rt.SCOPES.get,
                           horizontal=True)
         st.caption("The change applies to every token of the prompt. Layers before the one you view keep their "
@@ -227,8 +228,8 @@ def explorer(prompt) -> None:
     held_slot = None
     if expert is not None:
         st.subheader(f"Expert {expert} at layer {layer}")
-        view.draw(st.selectbox, "expert", "Expert in the panel (or click a square in the grid)", list(range(E)),
-                  default=expert)
+        view.draw(st.number_input, "expert", "Expert in the panel (or click a square in the grid)", 0, E - 1,
+                  default=expert, step=1)
         row = grid.iloc[expert]
         n_chosen = int(grid["chosen"].sum())
         if row["chosen"]:

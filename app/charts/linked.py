@@ -1,6 +1,6 @@
 """A linked view the browser answers alone (Vega-Lite selections, no server round trip): the prompt's
 tokens above one layer's 896 experts. Point at an expert and the tokens it serves light up; point at a
-token and its 16 experts are outlined. Pure: data frames in, an altair chart out."""
+token and its 16 experts are outlined. Pure: data frames in, a Vega-Lite spec out."""
 from __future__ import annotations
 
 from functools import lru_cache
@@ -65,17 +65,17 @@ def _template(labels: tuple[str, ...], n_experts: int) -> dict:
 
 def linked_figure(pairs: pd.DataFrame, experts: pd.DataFrame, pieces) -> dict:
     """Tokens (top) and experts (bottom), linked both ways by pointer-over selections: a Vega-Lite spec
-    (for st.vega_lite_chart) with the layer's data in its named datasets."""
+    (for st.vega_lite_chart) with the layer's data in its named datasets (data frames)."""
     labels = token_labels(pieces)
     spec = dict(_template(tuple(labels), len(experts)))
     # Drawn on a canvas: the view is ~900 marks, which as SVG cost the browser ~8,000 DOM changes per redraw
     # (vega-embed reads its options from usermeta).
     spec["usermeta"] = {"embedOptions": {"renderer": "canvas"}}
-    records = lambda df: df.to_dict(orient="records")
+    # data frames, not records: Streamlit sends each as Arrow, and a frame is converted without a detour
     spec["datasets"] = {
-        "tokens": records(pd.DataFrame({"token": np.arange(len(labels)), "label": labels})),
-        "pairs": records(pairs.assign(label=[labels[t] for t in pairs["token"]])[["token", "label", "expert", "row",
-                                                                                  "col", "weight"]]),
-        "experts": records(experts[["expert", "row", "col", "load", "shard"]]),
+        "tokens": pd.DataFrame({"token": np.arange(len(labels)), "label": labels}),
+        "pairs": pairs.assign(label=[labels[t] for t in pairs["token"]])[["token", "label", "expert", "row", "col",
+                                                                           "weight"]],
+        "experts": experts[["expert", "row", "col", "load", "shard"]],
     }
     return spec

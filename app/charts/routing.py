@@ -221,10 +221,10 @@ def _predictions_template(theme_type: str | None) -> str:
     ]
     spec = {"$schema": "https://vega.github.io/schema/vega-lite/v5.json",
             "data": {"name": "predictions"},
-            "facet": {"column": {"field": "panel", "type": "nominal", "sort": list(PREDICTION_PANELS), "title": None,
-                                 "header": {"labelFontSize": 12}}},
+            "facet": {"column": {"field": "panel", "type": "nominal", "sort": list(PREDICTION_PANELS), "title": None}},
             "spec": {"width": 170, "height": 150, "layer": layer},
             "resolve": {"scale": {"y": "independent"}},
+            "config": {"header": {"labelFontSize": 12}},              # in the config: presenter mode enlarges it
             "usermeta": {"chart": "routing_predictions", "embedOptions": {"renderer": "canvas"}}}
     return json.dumps(spec)
 
