@@ -18,6 +18,10 @@ def toggle(page, label):
     return page.locator('[data-testid="stCheckbox"]').filter(has_text=label).first
 
 
+def ids_box(page, label):
+    return page.locator('[data-testid="stTextInput"]').filter(has_text=label).first.locator("input")
+
+
 def view_of(page) -> dict:
     """What a person sees of the view: the controls' values and the grid's title."""
     return {
@@ -26,7 +30,8 @@ def view_of(page) -> dict:
         "text": page.locator('[data-testid="stTextArea"] textarea').first.input_value(),
         "dense": toggle(page, "Dense").locator("input").is_checked(),
         "bias": toggle(page, "Balancing bias").locator("input").is_checked(),
-        "knocked": page.locator('[data-testid="stMultiSelect"]').filter(has_text="Knock out").first.inner_text(),
+        "knocked": ids_box(page, "Knock out").input_value(),
+        "forced": ids_box(page, "Force experts").input_value(),
         "grid": page.locator(".st-key-routing_grid_title").first.inner_text(),
         "chosen": page.locator(".st-key-routing_grid_chosen").first.inner_text(),
     }
@@ -57,6 +62,10 @@ def test_a_long_sequence_of_inputs_and_the_link_reopened(server, browser, page):
     settle(page)
     page.locator('[data-testid="stButton"] button').filter(has_text="Knock out").first.click()
     settle(page)
+    assert ids_box(page, "Knock out").input_value() != ""     # the panel's box shows the knocked-out expert
+    ids_box(page, "Force experts").fill("7")
+    ids_box(page, "Force experts").press("Enter")
+    settle(page)
     toggle(page, "Balancing bias").click()
     settle(page)
     chips = (page.locator('[data-testid="stElementContainer"]').filter(has_text="Token: click one")
@@ -72,6 +81,7 @@ def test_a_long_sequence_of_inputs_and_the_link_reopened(server, browser, page):
     link = query(page)
     assert link["layer"] == "22" and link["k"] == "12" and link["dense"] == "on" and link["bias"] == "off"
     assert link["token"] != str(n_chips - 1) and link["ko"] and link["preset"] == "own"   # not the last token
+    assert link["force"] == "7" and seen["forced"] == "7" and seen["knocked"] == link["ko"].replace(",", ", ")
     assert page.locator('[data-testid="stException"]').count() == 0
 
     fresh = browser.new_context(viewport={"width": 1400, "height": 2400})
