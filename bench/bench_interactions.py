@@ -71,6 +71,10 @@ from tests.conftest import CHROMIUM_FLAGS, IDLE, chromium_path, free_port  # noq
 FLOOR_APP = Path(__file__).resolve().parent / "floor_app.py"
 QUIET_MS = 400            # the DOM must have been quiet this long ...
 CONFIRM_S = 0.3           # ... and still be, with no new run, this much later
+# How often the page's state is read while waiting. The time measured is the page's own last change (the
+# observer's timestamp), not when a poll saw it, so polling less often costs no precision; each poll reads
+# innerText (a forced layout), which at 25 ms slowed a page of the app's size measurably while it drew.
+POLL_MS = 100
 START_LAYER = 20          # the Routing explorer starts here (a MoE layer; two layers are added per round)
 VIEWPORT = {"width": 1400, "height": 2400}
 
@@ -91,14 +95,15 @@ WATCH = """
   if (window.__bw) return;
   window.__bw = true; window.__bwRan = false; window.__bwLastMut = performance.now();
   window.__bwRunEnd = null; window.__bwInput = null; window.__bwArm = false;
+  let app = null;
   const note = () => {
-    const app = document.querySelector('[data-testid="stApp"]');
+    if (!app || !app.isConnected) app = document.querySelector('[data-testid="stApp"]');
     const v = app ? app.getAttribute('data-test-script-state') : null;
     if (v === 'running') window.__bwRan = true;
     if (v === 'notRunning' && window.__bwState === 'running') window.__bwRunEnd = performance.now();
     window.__bwState = v;
   };
-  setInterval(note, 10);
+  // no timer polls it: a 10 ms setInterval cost the page ~0.2 s of CPU per input (Chrome's sampling profiler)
   new MutationObserver(records => {
     window.__bwLastMut = performance.now();
     for (const r of records) {
@@ -228,7 +233,7 @@ def settle_after_input(page, state_js: str, before: str, timeout_ms: float) -> f
     wait_js = done_js(state_js)
     while True:
         left = max(1000.0, (deadline - time.time()) * 1000)
-        page.wait_for_function(wait_js, arg=before, timeout=left, polling=25)
+        page.wait_for_function(wait_js, arg=before, timeout=left, polling=POLL_MS)
         end = page.evaluate("window.__bwLastMut")
         page.evaluate("window.__bwRan = false")
         time.sleep(CONFIRM_S)
@@ -245,7 +250,7 @@ def settle_navigation(page, timeout_ms: float) -> float:
     js = f"() => {CONTENT_JS} && {IDLE_JS} && {QUIET_JS}"
     while True:
         left = max(1000.0, (deadline - time.time()) * 1000)
-        page.wait_for_function(js, timeout=left, polling=25)
+        page.wait_for_function(js, timeout=left, polling=POLL_MS)
         end = page.evaluate("window.__bwLastMut")
         page.evaluate("window.__bwRan = false")
         time.sleep(CONFIRM_S)
