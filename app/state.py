@@ -335,7 +335,6 @@ class View:
         widget(label, *args, key=key, on_change=changed, **kwargs)
         return self[param]
 
-
     def draw_ids(self, param: str, label: str, **kwargs) -> list[int]:
         """A list of whole numbers (an Ints control) drawn as a text box of comma-separated ids: one cheap
         element where a multiselect would carry all its options (896 experts) on every rerun. Typed text is
