@@ -65,20 +65,18 @@ if card:
         f"`{card.get('sha256', '')[:16]}…` checked on every load (loaded in "
         f"{getattr(lv.model, 'load_seconds', 0):.1f} s here).")
     up = card.get("format_upgrade")
+    layout = ("- **Layout**: each routed expert is stored [out, in], as `nn.Linear` does, so an MXFP4 block of 32 "
+              "runs along the input dimension as in the OCP MX spec and K3's checkpoint (a tiny row of 16 or 8 "
+              "inputs is half or a quarter of a block)")
     if up:
         ce = up.get("held_out_cross_entropy", {})
         st.markdown(
-            "- **Layout**: each routed expert is stored [out, in], as `nn.Linear` does, so an MXFP4 block of 32 "
-            "runs along the input dimension as in the OCP MX spec and K3's checkpoint (a tiny row of 16 or 8 inputs "
-            "is half or a quarter of a block). This instance was trained with blocks along the output dimension; "
+            layout + ". This instance was trained with blocks along the output dimension; "
             "its trained weights were decoded, transposed and re-quantised in the new blocks, with no training "
             "(`python -m model.checkpoint --upgrade`)"
             + (f": held-out loss {ce['before']:.4f} before, {ce['after']:.4f} after (computed)." if ce else "."))
     else:
-        st.markdown(
-            "- **Layout**: each routed expert is stored [out, in], as `nn.Linear` does, so an MXFP4 block of 32 "
-            "runs along the input dimension as in the OCP MX spec and K3's checkpoint (a tiny row of 16 or 8 inputs "
-            "is half or a quarter of a block); this instance was trained in that layout.")
+        st.markdown(layout + "; this instance was trained in that layout.")
     cal = card.get("balance_calibration")
     if cal:
         st.markdown(
