@@ -55,3 +55,55 @@ def test_token_chip_and_grid_click_update_the_page(server, page, shot_dir):
     assert page.locator('[data-testid="stException"]').count() == 0
     page.screenshot(path=str(shot_dir / "routing-clicked.png"))
     assert not page.js_errors, page.js_errors
+
+
+def _text(page, pattern: str) -> str:
+    """The first caption or paragraph on the page that matches `pattern` (waits for it)."""
+    loc = page.locator("[data-testid=stCaptionContainer], [data-testid=stMarkdownContainer]").filter(
+        has_text=re.compile(pattern)).first
+    loc.wait_for(timeout=120_000)
+    return loc.inner_text()
+
+
+def test_the_explorer_and_its_layer_view_stay_in_step(server, page):
+    """The explorer is two fragments (the layer view reruns alone on a layer key): with a re-routing, what it
+    changed and the sparsity follow the layer; a knock-out from the layer view's panel reaches the explorer's
+    list and the link."""
+    page.goto(server)
+    settle(page)
+    page.goto(server + "routing?layer=30&k=8")
+    page.wait_for_selector("text=Layer 30: the experts of", timeout=180_000)
+    settle(page)
+    # MoE layers 30..92 re-routed: 63 of them
+    assert "Per layer from 30 on" in _text(page, r"Per layer from \d+ on")
+    assert "k = 8 in 63 re-routed layers" in _text(page, r"k = 8 in \d+ re-routed layer")
+    page.get_by_role("button", name="Next", exact=True).click()
+    page.wait_for_selector("text=Layer 31: the experts of", timeout=120_000)
+    settle(page)
+    assert "Per layer from 31 on" in _text(page, r"Per layer from \d+ on")
+    assert "k = 8 in 62 re-routed layers" in _text(page, r"k = 8 in \d+ re-routed layer")
+    slider = page.get_by_role("slider", name=re.compile("^Layer"))
+    slider.focus()
+    page.keyboard.press("ArrowRight")
+    page.wait_for_selector("text=Layer 32: the experts of", timeout=120_000)
+    settle(page)
+    assert "Per layer from 32 on" in _text(page, r"Per layer from \d+ on")
+    assert "k = 8 in 61 re-routed layers" in _text(page, r"k = 8 in \d+ re-routed layer")
+    assert "layer=32" in page.url and "k=8" in page.url
+
+    # back to the model's own routing, then a knock-out from the panel (a button of the layer view)
+    page.get_by_role("button", name="Reset routing").click()
+    page.wait_for_function("() => !new URL(location.href).searchParams.has('k')", timeout=120_000)
+    settle(page)
+    assert page.get_by_text("Nothing is re-routed yet").count() == 1
+    knock = page.get_by_role("button", name=re.compile(r"^Knock out \d+$"))
+    expert = int(knock.inner_text().split()[-1])
+    knock.click()
+    page.wait_for_function(f"() => new URL(location.href).searchParams.get('ko') === '{expert}'", timeout=120_000)
+    settle(page)
+    box = page.locator("[data-testid=stTextInput]").filter(has_text="Knock out").locator("input")
+    assert box.input_value() == str(expert)
+    assert "Per layer from 32 on" in _text(page, r"Per layer from \d+ on")
+    assert page.get_by_role("button", name=f"Restore {expert}").is_enabled()
+    assert page.locator('[data-testid="stException"]').count() == 0
+    assert not page.js_errors, page.js_errors

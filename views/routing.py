@@ -1,8 +1,10 @@
 """Routing explorer: which 16 of the 896 experts each token uses, layer by layer, and what happens
 when the routing is changed. Every value comes from the live model's trace.
 
-The prompt is drawn by a full run; everything below it is one fragment, so a control of the explorer
-(token, layer, re-routing, expert) reruns only the explorer."""
+The prompt is drawn by a full run; everything below it is the explorer fragment (the token, the re-routing,
+the sparsity, what the re-routing changed, the fingerprint), which holds the layer view fragment (the
+layer's controls, grid, linked view and expert panel): a token or a re-routing reruns the explorer, a layer
+key or an expert click only the layer view (and the explorer too when a re-routing starts at the layer)."""
 import time
 
 import streamlit as st
@@ -46,14 +48,40 @@ if prompt is None:
 
 
 # ---- callbacks: what a button does to the view ------------------------------------------------------------
+# The explorer is two fragments: EXPLORER (the token, the re-routing panel, the sparsity, what the re-routing
+# changed, the fingerprint) holds LAYER_VIEW (the layer's controls, grid, linked view and expert panel), so a
+# layer key reruns only the layer view. A callback that changes what the explorer shows reruns the explorer (a keyed
+# rerun costs the browser one more round trip, so the layer's own controls live in the layer view).
+EXPLORER, LAYER_VIEW = "routing_explorer", "routing_layer_view"
+_OUTER_RUN = "_routing_explorer_running"       # set while the explorer draws (the layer view then defers its end)
+
+
+def current_settings() -> tuple[rt.Rerouting, list[str]]:
+    """The re-routing the controls ask for, checked against the config (with notes on what was changed)."""
+    return rt.normalise(rt.Rerouting(view["k"], view["bias"], view["dense"], tuple(view["ko"]), tuple(view["force"]),
+                                     view["scope"]), cfg)
+
+
+def rerouted_now() -> bool:
+    return current_settings()[0].override(cfg) is not None
+
+
+def layer_moved() -> None:
+    """A re-routing starts at the viewed layer, so what it changed (drawn by the explorer, with the sparsity)
+    moves with the layer: rerun the explorer. Without one, the layer view reruns alone (its own widgets)."""
+    if rerouted_now():
+        st.rerun(EXPLORER)
+
 
 def step_layer(delta: int) -> None:
     view.set("layer", min(max(view["layer"] + delta, 0), LAST))
+    layer_moved()
 
 
 def on_play() -> None:
     if view["play"] and view["layer"] >= LAST:
         view.set("layer", 1)                              # start over from the first MoE layer
+        layer_moved()
 
 
 def reset_routing() -> None:
@@ -63,16 +91,19 @@ def reset_routing() -> None:
 def knock_out(expert: int) -> None:
     view.set("ko", sorted(set(view["ko"]) | {expert}))
     view.set("force", [e for e in view["force"] if e != expert])
+    st.rerun(EXPLORER)                   # the re-routing panel shows the lists: the whole explorer reruns
 
 
 def force(expert: int) -> None:
     view.set("force", [e for e in view["force"] if e != expert] + [expert])
     view.set("ko", [e for e in view["ko"] if e != expert])
+    st.rerun(EXPLORER)
 
 
 def restore(expert: int) -> None:
     view.set("ko", [e for e in view["ko"] if e != expert])
     view.set("force", [e for e in view["force"] if e != expert])
+    st.rerun(EXPLORER)
 
 
 def grid_clicked() -> None:
@@ -81,46 +112,41 @@ def grid_clicked() -> None:
         view.set("expert", clicked)
 
 
-@st.fragment
+def layer_run(prompt, layer: int, settings: rt.Rerouting):
+    """(plan, base forward, the forward shown): the re-routed run when the settings change this layer on."""
+    base = forward(prompt.ids)
+    plan = settings.plan(layer, cfg)
+    if plan is None:
+        return None, base, base
+    with st.spinner(f"Re-running layers {plan[0]}–{LAST} with the new routing…"):
+        return plan, base, rt.rerouted(prompt.ids, layer, settings)
+
+
+@st.fragment(key=EXPLORER)
 def explorer(prompt) -> None:
+    """The token and the re-routing, and what follow both: what the re-routing changed, the fingerprint."""
     T = len(prompt.ids)
     chips = rt.chip_labels(prompt.pieces)
     token = ui.token_index(view, prompt.ids, st.pills, "Token: click one to follow it through the layers",
                            list(range(T)), format_func=chips.__getitem__,
                            help="␣ is a space, ↵ a line break; a token can be part of a word.")
     piece = prompt.pieces[token]
-
-    layer = view.draw(st.slider, "layer", "Layer", 0, LAST,
-                      help="0 is the dense layer; 1–92 are mixture-of-experts layers")
-    c_prev, c_next, c_play, c_colour = st.columns([2, 2, 2, 5], vertical_alignment="bottom")
-    c_prev.button("Back", icon=":material/chevron_left:", key="routing_prev", help="previous layer",
-                  on_click=step_layer, args=(-1,), width="stretch", disabled=layer == 0)
-    c_next.button("Next", icon=":material/chevron_right:", key="routing_next", help="next layer",
-                  on_click=step_layer, args=(1,), width="stretch", disabled=layer == LAST)
-    with c_play:
-        view.draw(st.toggle, "play", "Play", on_change=on_play,
-                  help="step the token through the layers, about one per second")
-    with c_colour:
-        colour_by = view.draw(st.segmented_control, "colour", "Colour the grid by", list(rt.COLOURINGS),
-                              format_func={"probability": "probability", "load": "load"}.get,
-                              help="the router's probability for this token, or how many tokens of "
-                                   "the whole prompt chose each expert")
-
-    base = forward(prompt.ids)
+    layer = view["layer"]
+    nav = st.container()                                  # the layer's controls (the layer view's)
     left, right = st.columns([7, 4], gap="medium")
     with right, st.container(border=True):
         st.markdown("**Re-route the model**")
         dense = view.draw(st.toggle, "dense", "Dense: light every expert",
                           help="what a dense model of the same total size would compute: top-k = 896")
-        top_k = view.draw(st.slider, "k", "Experts per token (top-k)", 1, rt.MAX_TOP_K, disabled=dense)
-        use_bias = view.draw(st.toggle, "bias", "Balancing bias (selection only)",
-                             help="Quantile Balancing's bias is added to the scores to pick experts; the output "
-                                  "weights always use the raw scores")
-        knocked = view.draw_ids("ko", f"Knock out experts (ids 0–{E - 1})", placeholder="e.g. 12, 40; or click a square "
-                                "and use the panel below", help="ids separated by commas or spaces; Enter applies")
-        forced = view.draw_ids("force", f"Force experts: always chosen (ids 0–{E - 1})", placeholder="e.g. 7",
-                               help="ids separated by commas or spaces; Enter applies. With more of them than top-k, the "
-                                    "first ones are kept")
+        view.draw(st.slider, "k", "Experts per token (top-k)", 1, rt.MAX_TOP_K, disabled=dense)
+        view.draw(st.toggle, "bias", "Balancing bias (selection only)",
+                  help="Quantile Balancing's bias is added to the scores to pick experts; the output "
+                       "weights always use the raw scores")
+        view.draw_ids("ko", f"Knock out experts (ids 0–{E - 1})", placeholder="e.g. 12, 40; or click a square "
+                      "and use the panel below", help="ids separated by commas or spaces; Enter applies")
+        view.draw_ids("force", f"Force experts: always chosen (ids 0–{E - 1})", placeholder="e.g. 7",
+                      help="ids separated by commas or spaces; Enter applies. With more of them than top-k, the "
+                           "first ones are kept")
         scope = view.draw(st.radio, "scope", "Apply the change at", list(rt.SCOPES), format_func=rt.SCOPES.get,
                           horizontal=True)
         st.caption("The change applies to every token of the prompt. Layers before the one you view keep their "
@@ -128,17 +154,105 @@ def explorer(prompt) -> None:
                    "\"This layer only\" shows the knock-on effect: later layers route differently because their "
                    "input changed.")
         st.button("Reset routing", key="routing_reset", on_click=reset_routing, icon=":material/restart_alt:")
-        settings, notes = rt.normalise(rt.Rerouting(top_k, use_bias, dense, tuple(knocked), tuple(forced), scope),
-                                       cfg)
+        settings, notes = current_settings()
         for n in notes:
             st.warning(n, icon=":material/rule:")
+    shares, outcome, below, fingerprint = (st.container() for _ in range(4))
 
-    plan = settings.plan(layer, cfg)
-    new = None
-    if plan is not None:
-        with st.spinner(f"Re-running layers {plan[0]}–{LAST} with the new routing…"):
-            new = rt.rerouted(prompt.ids, layer, settings)
-    run = new if new is not None else base
+    st.session_state[_OUTER_RUN] = True
+    try:
+        finish = layer_view(prompt, token, settings, nav, left, below)
+    finally:
+        st.session_state.pop(_OUTER_RUN, None)
+
+    sp = rt.sparsity(settings, layer, cfg)
+    with right:
+        st.markdown("**Sparsity with these settings** (computed by the parameter accounting)")
+        st.metric("Experts per token", f"{sp['k']} of {E}", help="routed experts a token visits in one layer")
+        st.caption(f"{sp['routed_share']:.1%} of the routed experts: sparsity {sp['sparsity']:.1f}x")
+        st.metric("Expert weights used", f"{sp['expert_share_live']:.1%}",
+                  help="per MoE layer: (k routed + 2 shared experts) / (896 routed + 2 shared experts). The live "
+                       "instance's shared experts are relatively larger than K3's.")
+        st.caption(f"per layer, live instance; {sp['expert_share_full']:.1%} at K3 scale")
+        st.metric("Active parameters per token at K3 scale", fmt_params(sp["full_active"]),
+                  help=f"K3's accounting with k = {sp['k']} in the {sp['layers']} layers this change applies to "
+                       "and 16 elsewhere.")
+        st.caption(f"{sp['full_active'] / sp['full_total']:.1%} of {fmt_params(sp['full_total'])} (published at "
+                   f"top-16: 104.2B of 2.78T, K3 report Table 1). Live instance: {fmt_params(sp['live_active'])} of "
+                   f"{fmt_params(sp['live_total'])} ({sp['live_active'] / sp['live_total']:.1%}); k = {sp['k']} in "
+                   f"{sp['layers']} re-routed layer{'' if sp['layers'] == 1 else 's'}.")
+    shares.caption(f"Three shares, three questions: {sp['routed_share']:.1%} of the routed experts of one layer "
+                   f"({sp['k']} of {E}); {sp['expert_share_full']:.1%} of one K3 layer's expert weights (routed and "
+                   f"shared together); {sp['full_active'] / sp['full_total']:.1%} of all K3's parameters (attention, "
+                   "shared experts and the head always run; the embedding is a lookup).")
+
+    plan, base, run = layer_run(prompt, layer, settings)
+    with outcome:
+        st.subheader("What the re-routing changed")
+        c_changed, c_pred = st.columns(2, gap="medium")
+        with c_changed:
+            if plan is None and settings.override(cfg) is not None:
+                st.info("Your change applies to no layer: layer 0 is dense and has no router. Pick a layer from 1 to "
+                        "92, or apply the change to this layer and every later one.", icon=":material/alt_route:")
+            elif plan is None:
+                st.info("Nothing is re-routed yet: change top-k, turn the bias off, knock out or force an expert, or "
+                        "go dense, and this shows how many of the token's experts change in each later layer.",
+                        icon=":material/alt_route:")
+            else:
+                diff = rt.changed_choices(base, run, token, plan[0])
+                ui.vega_chart(changed_spec(diff), rt.changed_caption(diff, plan[0], scope),
+                              alt="Bar chart of changed expert choices per layer for the chosen token.", key="routing_changed")
+        with c_pred:
+            pieces_of = lv.tokenizer.pieces
+            before, after = rt.top_predictions(base, token, pieces_of), rt.top_predictions(run, token, pieces_of)
+            ui.vega_chart(predictions_spec(before, after, [rt.chart_label(p) for p in before["piece"]],
+                                           [rt.chart_label(p) for p in after["piece"]], st.context.theme.type),
+                          f"The live model's five most likely next tokens after “{rt.chip_label(piece)}”, with the model's "
+                          "own routing (left) and with your re-routing (right"
+                          + (")." if plan is not None else ": the same until you change the routing)."),
+                          alt="Two bar charts of the top-5 next-token probabilities before and after re-routing.",
+                          key="routing_predictions")
+
+    with fingerprint:
+        st.subheader(f"The routing fingerprint of “{rt.chip_label(piece)}”")
+        layers, probs, mask = rt.fingerprint(run, token)
+        ui.vega_chart(fingerprint_spec(layers, probs, mask),
+                      f"Each row is one of the {len(layers)} mixture-of-experts layers, each column one of the {E} "
+                      "experts; grey is the router's probability, the coloured cells are the experts the token used "
+                      "(your re-routing included): point at one for its numbers. The pattern changes from layer to "
+                      "layer: each layer has its own router and its own experts.",
+                      alt="Heatmap of router probability over layers and experts for the chosen token, chosen experts marked.",
+                      key="routing_fingerprint", table=lambda: fingerprint_table(layers, probs, mask))
+    if finish is not None:
+        finish()
+
+
+@st.fragment(key=LAYER_VIEW)
+def layer_view(prompt, token: int, settings: rt.Rerouting, nav, left, below):
+    """What follows the layer (and the expert in the panel): the layer's controls, its grid, the linked view
+    and the expert panel, drawn into the explorer's containers with the token and the re-routing the
+    explorer passed. Its slowest part (the held-out table) comes last: returned to the explorer while the explorer
+    draws (so its charts are not kept waiting), drawn here when a layer key reruns this alone."""
+    T = len(prompt.ids)
+    piece = prompt.pieces[token]
+    with nav:
+        layer = view.draw(st.slider, "layer", "Layer", 0, LAST, on_change=layer_moved,
+                          help="0 is the dense layer; 1–92 are mixture-of-experts layers")
+        c_prev, c_next, c_play, c_colour = st.columns([2, 2, 2, 5], vertical_alignment="bottom")
+        c_prev.button("Back", icon=":material/chevron_left:", key="routing_prev", help="previous layer",
+                      on_click=step_layer, args=(-1,), width="stretch", disabled=layer == 0)
+        c_next.button("Next", icon=":material/chevron_right:", key="routing_next", help="next layer",
+                      on_click=step_layer, args=(1,), width="stretch", disabled=layer == LAST)
+        with c_play:
+            view.draw(st.toggle, "play", "Play", on_change=on_play,
+                      help="step the token through the layers, about one per second")
+        with c_colour:
+            colour_by = view.draw(st.segmented_control, "colour", "Colour the grid by", list(rt.COLOURINGS),
+                                  format_func={"probability": "probability", "load": "load"}.get,
+                                  help="the router's probability for this token, or how many tokens of "
+                                       "the whole prompt chose each expert")
+    with nav:
+        plan, base, run = layer_run(prompt, layer, settings)
 
     grid = expert = None
     with left:
@@ -169,119 +283,70 @@ def explorer(prompt) -> None:
                 f"This token's {n_chosen} experts here: " + ", ".join(map(str, chosen[:rt.MAX_LISTED]))
                 + (f" and {n_chosen - rt.MAX_LISTED} more." if n_chosen > rt.MAX_LISTED else "."))
 
-    with right:
-        sp = rt.sparsity(settings, layer, cfg)
-        st.markdown("**Sparsity with these settings** (computed by the parameter accounting)")
-        st.metric("Experts per token", f"{sp['k']} of {E}", help="routed experts a token visits in one layer")
-        st.caption(f"{sp['routed_share']:.1%} of the routed experts: sparsity {sp['sparsity']:.1f}x")
-        st.metric("Expert weights used", f"{sp['expert_share_live']:.1%}",
-                  help="per MoE layer: (k routed + 2 shared experts) / (896 routed + 2 shared experts). The live "
-                       "instance's shared experts are relatively larger than K3's.")
-        st.caption(f"per layer, live instance; {sp['expert_share_full']:.1%} at K3 scale")
-        st.metric("Active parameters per token at K3 scale", fmt_params(sp["full_active"]),
-                  help=f"K3's accounting with k = {sp['k']} in the {sp['layers']} layers this change applies to "
-                       "and 16 elsewhere.")
-        st.caption(f"{sp['full_active'] / sp['full_total']:.1%} of {fmt_params(sp['full_total'])} (published at "
-                   f"top-16: 104.2B of 2.78T, K3 report Table 1). Live instance: {fmt_params(sp['live_active'])} of "
-                   f"{fmt_params(sp['live_total'])} ({sp['live_active'] / sp['live_total']:.1%}); k = {sp['k']} in "
-                   f"{sp['layers']} re-routed layer{'' if sp['layers'] == 1 else 's'}.")
-    st.caption(f"Three shares, three questions: {sp['routed_share']:.1%} of the routed experts of one layer "
-               f"({sp['k']} of {E}); {sp['expert_share_full']:.1%} of one K3 layer's expert weights (routed and "
-               f"shared together); {sp['full_active'] / sp['full_total']:.1%} of all K3's parameters (attention, "
-               "shared experts and the head always run; the embedding is a lookup).")
-
-    st.subheader("What the re-routing changed")
-    c_changed, c_pred = st.columns(2, gap="medium")
-    with c_changed:
-        if plan is None and settings.override(cfg) is not None:
-            st.info("Your change applies to no layer: layer 0 is dense and has no router. Pick a layer from 1 to "
-                    "92, or apply the change to this layer and every later one.", icon=":material/alt_route:")
-        elif plan is None:
-            st.info("Nothing is re-routed yet: change top-k, turn the bias off, knock out or force an expert, or "
-                    "go dense, and this shows how many of the token's experts change in each later layer.",
-                    icon=":material/alt_route:")
-        else:
-            diff = rt.changed_choices(base, run, token, plan[0])
-            ui.vega_chart(changed_spec(diff), rt.changed_caption(diff, plan[0], scope),
-                          alt="Bar chart of changed expert choices per layer for the chosen token.", key="routing_changed")
-    with c_pred:
-        pieces_of = lv.tokenizer.pieces
-        before, after = rt.top_predictions(base, token, pieces_of), rt.top_predictions(run, token, pieces_of)
-        ui.vega_chart(predictions_spec(before, after, [rt.chart_label(p) for p in before["piece"]],
-                                       [rt.chart_label(p) for p in after["piece"]], st.context.theme.type),
-                      f"The live model's five most likely next tokens after “{rt.chip_label(piece)}”, with the model's "
-                      "own routing (left) and with your re-routing (right"
-                      + (")." if plan is not None else ": the same until you change the routing)."),
-                      alt="Two bar charts of the top-5 next-token probabilities before and after re-routing.",
-                      key="routing_predictions")
-
-    if layer > 0:
-        st.subheader(f"Which tokens does each expert serve? Layer {layer}, point and see")
-        pairs = rt.layer_pairs(run, layer, prompt.pieces)
-        st.vega_lite_chart(linked_figure(pairs, rt.expert_loads(pairs, E), prompt.pieces), width="content",
-                           key="routing_linked")
-        st.caption("Point at a square: the tokens of your prompt that chose that expert light up; point at a "
-                   "token: its experts are outlined. Your browser answers this alone, without asking the server, "
-                   "so it is instant. Colour: how many of the prompt's tokens chose each expert here (with your "
-                   "re-routing).")
-
     held_slot = None
-    if expert is not None:
-        st.subheader(f"Expert {expert} at layer {layer}")
-        view.draw(st.number_input, "expert", "Expert in the panel (or click a square in the grid)", 0, E - 1,
-                  default=expert, step=1)
-        row = grid.iloc[expert]
-        n_chosen = int(grid["chosen"].sum())
-        if row["chosen"]:
-            line = (f"This token chose it (slot {row['slot'] + 1} of {n_chosen}) with output weight "
-                    f"{row['weight']:.4f}; router probability {row['prob']:.4f}.")
-        else:
-            line = ("This token did not choose it" + (": it is knocked out" if row["status"] == "knocked out" else "")
-                    + f"; it ranks {row['rank']} of {E} by biased score.")
-        st.markdown(f"Shard {row['shard']}. {line} {row['load']} of the prompt's {T} tokens chose it here.")
-        b1, b2, b3, _ = st.columns([2, 2, 2, 3])
-        b1.button(f"Knock out {expert}", key="routing_knock", on_click=knock_out, args=(expert,),
-                  disabled=expert in settings.knocked_out, icon=":material/block:")
-        b2.button(f"Force {expert}", key="routing_force_one", on_click=force, args=(expert,),
-                  disabled=expert in settings.forced, icon=":material/push_pin:")
-        b3.button(f"Restore {expert}", key="routing_restore", on_click=restore, args=(expert,),
-                  disabled=expert not in settings.knocked_out + settings.forced, icon=":material/undo:")
-        t1, t2 = st.columns(2, gap="medium")
-        with t1:
-            st.markdown("**Tokens of the prompt that score it highest**")
-            st.table(rt.as_table(rt.expert_on_prompt(run, layer, expert, list(prompt.pieces))), border="horizontal")
-        held_slot = t2.empty()                       # filled last, so the rest of the page is not kept waiting
-        held_slot.caption("Routing the held-out sample…")
-        st.caption("Held-out text: a 3 KB sample of the validation split (Python docstrings, a manual page, source "
-                   "code) that the model never trained on, routed with the model's own settings. Tokens that share "
-                   "an expert show what it specialises in — often a kind of word piece or a position in code.")
+    with below:
+        if layer > 0:
+            st.subheader(f"Which tokens does each expert serve? Layer {layer}, point and see")
+            pairs = rt.layer_pairs(run, layer, prompt.pieces)
+            st.vega_lite_chart(linked_figure(pairs, rt.expert_loads(pairs, E), prompt.pieces), width="content",
+                               key="routing_linked")
+            st.caption("Point at a square: the tokens of your prompt that chose that expert light up; point at a "
+                       "token: its experts are outlined. Your browser answers this alone, without asking the server, "
+                       "so it is instant. Colour: how many of the prompt's tokens chose each expert here (with your "
+                       "re-routing).")
 
-    st.subheader(f"The routing fingerprint of “{rt.chip_label(piece)}”")
-    layers, probs, mask = rt.fingerprint(run, token)
-    ui.vega_chart(fingerprint_spec(layers, probs, mask),
-                  f"Each row is one of the {len(layers)} mixture-of-experts layers, each column one of the {E} "
-                  "experts; grey is the router's probability, the coloured cells are the experts the token used "
-                  "(your re-routing included): point at one for its numbers. The pattern changes from layer to "
-                  "layer: each layer has its own router and its own experts.",
-                  alt="Heatmap of router probability over layers and experts for the chosen token, chosen experts marked.",
-                  key="routing_fingerprint", table=lambda: fingerprint_table(layers, probs, mask))
+        if expert is not None:
+            st.subheader(f"Expert {expert} at layer {layer}")
+            view.draw(st.number_input, "expert", "Expert in the panel (or click a square in the grid)", 0, E - 1,
+                      default=expert, step=1)
+            row = grid.iloc[expert]
+            n_chosen = int(grid["chosen"].sum())
+            if row["chosen"]:
+                line = (f"This token chose it (slot {row['slot'] + 1} of {n_chosen}) with output weight "
+                        f"{row['weight']:.4f}; router probability {row['prob']:.4f}.")
+            else:
+                line = ("This token did not choose it" + (": it is knocked out" if row["status"] == "knocked out" else "")
+                        + f"; it ranks {row['rank']} of {E} by biased score.")
+            st.markdown(f"Shard {row['shard']}. {line} {row['load']} of the prompt's {T} tokens chose it here.")
+            b1, b2, b3, _ = st.columns([2, 2, 2, 3])
+            b1.button(f"Knock out {expert}", key="routing_knock", on_click=knock_out, args=(expert,),
+                      disabled=expert in settings.knocked_out, icon=":material/block:")
+            b2.button(f"Force {expert}", key="routing_force_one", on_click=force, args=(expert,),
+                      disabled=expert in settings.forced, icon=":material/push_pin:")
+            b3.button(f"Restore {expert}", key="routing_restore", on_click=restore, args=(expert,),
+                      disabled=expert not in settings.knocked_out + settings.forced, icon=":material/undo:")
+            t1, t2 = st.columns(2, gap="medium")
+            with t1:
+                st.markdown("**Tokens of the prompt that score it highest**")
+                st.table(rt.as_table(rt.expert_on_prompt(run, layer, expert, list(prompt.pieces))), border="horizontal")
+            held_slot = t2.empty()
+            held_slot.caption("Routing the held-out sample…")
+            st.caption("Held-out text: a 3 KB sample of the validation split (Python docstrings, a manual page, source "
+                       "code) that the model never trained on, routed with the model's own settings. Tokens that share "
+                       "an expert show what it specialises in — often a kind of word piece or a position in code.")
 
-    if held_slot is not None:
-        with held_slot.container():
-            with st.spinner("Routing the held-out sample once (about 1,000 tokens, a few seconds)…"):
-                held = rt.heldout()
-            i = held.layers.index(layer)
-            st.markdown(f"**Held-out text that scores it highest** (chosen by {held.chosen_count[i, expert]} of "
-                        f"{len(held.ids)} tokens here)")
-            st.table(rt.as_table(rt.expert_on_heldout(held, layer, expert, lv.tokenizer.pieces)), border="horizontal")
+    def finish() -> None:
+        if held_slot is not None:
+            with held_slot.container():
+                with st.spinner("Routing the held-out sample once (about 1,000 tokens, a few seconds)…"):
+                    held = rt.heldout()
+                i = held.layers.index(layer)
+                st.markdown(f"**Held-out text that scores it highest** (chosen by {held.chosen_count[i, expert]} of "
+                            f"{len(held.ids)} tokens here)")
+                st.table(rt.as_table(rt.expert_on_heldout(held, layer, expert, lv.tokenizer.pieces)), border="horizontal")
+        if view["play"]:
+            time.sleep(1.0)
+            if layer < LAST:
+                view.set("layer", layer + 1)
+            else:
+                view.set("play", False)
+            # with a re-routing, what it changed (the explorer's) follows the layer too
+            st.rerun(scope="app" if plan is not None else "fragment")
 
-    if view["play"]:
-        time.sleep(1.0)
-        if layer < LAST:
-            view.set("layer", layer + 1)
-        else:
-            view.set("play", False)
-        st.rerun(scope="fragment")
+    if st.session_state.get(_OUTER_RUN):
+        return finish
+    finish()
+    return None
 
 
 with st.spinner("Running the live model on the prompt (93 layers)…"):
