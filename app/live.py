@@ -102,10 +102,18 @@ def prepare_prompt(text: str, tok: Tokenizer) -> Prompt | str:
 
 
 @contextmanager
-def computing() -> Iterator[None]:
-    """Hold the live model's lock, in inference mode, for one computation on the model."""
+def computing(threads: int | None = None) -> Iterator[None]:
+    """Hold the live model's lock, in inference mode, for one computation on the model; with `threads`, that
+    many intra-op threads meanwhile (for a one-off computation that no session's request runs beside, since
+    every computation on the model waits for this lock)."""
     with _LOCK, torch.inference_mode():
-        yield
+        before = torch.get_num_threads()
+        if threads:
+            torch.set_num_threads(threads)
+        try:
+            yield
+        finally:
+            torch.set_num_threads(before)
 
 
 def forward(ids, routing=None, quant: bool = False, activation: str | None = None, *,

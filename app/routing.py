@@ -10,6 +10,7 @@ Building it at start-up would cost ~5 s of document collection, so the sample sh
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -435,5 +436,6 @@ def heldout() -> HeldOut:
     from app.live import computing, live
     lv = live()
     ids = lv.tokenizer.encode(HELDOUT_PATH.read_text(encoding="utf-8"))
-    with computing():
-        return heldout_summary(lv.model, ids)
+    # once per process, on every core: ~1,000 tokens through 93 layers, 2.3 s on 2 threads (3.3 s on 1)
+    with computing(threads=os.cpu_count()):
+        return heldout_summary(lv.model, ids, batch=8)

@@ -71,11 +71,18 @@ def linked_figure(pairs: pd.DataFrame, experts: pd.DataFrame, pieces) -> dict:
     # Drawn on a canvas: the view is ~900 marks, which as SVG cost the browser ~8,000 DOM changes per redraw
     # (vega-embed reads its options from usermeta).
     spec["usermeta"] = {"embedOptions": {"renderer": "canvas"}}
-    # data frames, not records: Streamlit sends each as Arrow, and a frame is converted without a detour
+    # data frames, not records: Streamlit sends each as Arrow, and a frame is converted without a detour; small
+    # column types, since the frames travel to the browser on every layer key
+    small = {"token": np.int16, "expert": np.int16, "row": np.int8, "col": np.int8, "load": np.int16,
+             "shard": np.int8, "weight": np.float32}
+
+    def typed(df: pd.DataFrame) -> pd.DataFrame:
+        return df.astype({c: t for c, t in small.items() if c in df.columns})
+
     spec["datasets"] = {
-        "tokens": pd.DataFrame({"token": np.arange(len(labels)), "label": labels}),
-        "pairs": pairs.assign(label=[labels[t] for t in pairs["token"]])[["token", "label", "expert", "row", "col",
-                                                                           "weight"]],
-        "experts": experts[["expert", "row", "col", "load", "shard"]],
+        "tokens": typed(pd.DataFrame({"token": np.arange(len(labels)), "label": labels})),
+        "pairs": typed(pairs.assign(label=[labels[t] for t in pairs["token"]])[["token", "label", "expert", "row",
+                                                                                 "col", "weight"]]),
+        "experts": typed(experts[["expert", "row", "col", "load", "shard"]]),
     }
     return spec

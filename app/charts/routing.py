@@ -133,12 +133,14 @@ def grid_spec(grid: pd.DataFrame, colour_by: str = "probability", selected: int 
     f = grid_frame(E)
     rows_per_shard = f["rows"] / N_SHARDS
     lines = [_status_line(s, w, sl) for s, w, sl in zip(grid["status"], grid["weight"], grid["slot"])]
+    # small column types: the frame travels to the browser (as Arrow) on every layer key
     experts = pd.DataFrame({
-        "expert": grid["expert"].astype(int), "col": grid["col"].astype(int), "row": grid["row"].astype(int),
-        "shard": grid["shard"].astype(int), "prob": grid["prob"].astype(float), "bias": grid["bias"].astype(float),
-        "biased": grid["biased"].astype(float), "rank": grid["rank"].astype(int), "load": grid["load"].astype(int),
-        "load_class": grid["load_class"], "line": lines, "chosen": grid["chosen"].astype(bool),
-        "knocked": (grid["status"] == "knocked out").to_numpy(),
+        "expert": grid["expert"].astype(np.int16), "col": grid["col"].astype(np.int8),
+        "row": grid["row"].astype(np.int8), "shard": grid["shard"].astype(np.int8),
+        "prob": grid["prob"].astype(np.float32), "bias": grid["bias"].astype(np.float32),
+        "biased": grid["biased"].astype(np.float32), "rank": grid["rank"].astype(np.int16),
+        "load": grid["load"].astype(np.int16), "load_class": grid["load_class"], "line": lines,
+        "chosen": grid["chosen"].astype(bool), "knocked": (grid["status"] == "knocked out").to_numpy(),
         "selected": (grid["expert"] == selected).to_numpy() if selected is not None else np.zeros(E, bool)})
     sy = f["rows"] / 2 - 0.5
     spec["datasets"] = {
