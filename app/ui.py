@@ -172,7 +172,9 @@ PRESENTER_CSS = """
 [data-testid="stMain"] [data-testid="stCaptionContainer"] p { font-size: 1.2rem !important; }
 [data-testid="stMain"] h1 { font-size: 3.8rem !important; }
 [data-testid="stMain"] h2, [data-testid="stMain"] h3 { font-size: 2.2rem !important; }
-[data-testid="stMain"] [data-testid="stMetricValue"] { font-size: 3rem !important; }
+[data-testid="stMain"] [data-testid="stMetricValue"],
+[data-testid="stMain"] [data-testid="stMetricValue"] [data-testid="stMarkdownContainer"] p { font-size: 3rem !important;
+  line-height: 1.25; }
 [data-testid="stMain"] :is([data-testid="stSlider"], [data-testid="stSelectSlider"], [data-testid="stSelectbox"],
   [data-testid="stMultiSelect"], [data-testid="stTextArea"], [data-testid="stTextInput"],
   [data-testid="stNumberInput"], [data-testid="stRadio"], [data-testid="stCheckbox"],

@@ -121,6 +121,13 @@ def test_presenter_mode_draws_every_chart_with_its_traces(server, browser, schem
             assert len(canvases) >= 4, path
         assert page.locator('[data-testid="stMain"] [data-testid="stSlider"]').count() == 0 or \
             not page.locator('[data-testid="stMain"] [data-testid="stSlider"]').first.is_visible()
+        # a metric's value is drawn larger than its label (the enlarged paragraph style must not win over it)
+        sizes = page.evaluate("""[...document.querySelectorAll('[data-testid=stMetric]')].map(m => {
+            const px = el => el ? parseFloat(getComputedStyle(el).fontSize) : 0;
+            const value = m.querySelector('[data-testid=stMetricValue] p') || m.querySelector('[data-testid=stMetricValue]');
+            return [px(value), px(m.querySelector('[data-testid=stMetricLabel] p'))]; })""")
+        for value, label in sizes:
+            assert value > 1.5 * label, (path, sizes)
     ctx.close()
 
 
