@@ -308,13 +308,13 @@ def layer_view(prompt, token: int, settings: rt.Rerouting, nav, left, below):
                 line = ("This token did not choose it" + (": it is knocked out" if row["status"] == "knocked out" else "")
                         + f"; it ranks {row['rank']} of {E} by biased score.")
             st.markdown(f"Shard {row['shard']}. {line} {row['load']} of the prompt's {T} tokens chose it here.")
-            b1, b2, b3, _ = st.columns([2, 2, 2, 3])
-            b1.button(f"Knock out {expert}", key="routing_knock", on_click=knock_out, args=(expert,),
-                      disabled=expert in settings.knocked_out, icon=":material/block:")
-            b2.button(f"Force {expert}", key="routing_force_one", on_click=force, args=(expert,),
-                      disabled=expert in settings.forced, icon=":material/push_pin:")
-            b3.button(f"Restore {expert}", key="routing_restore", on_click=restore, args=(expert,),
-                      disabled=expert not in settings.knocked_out + settings.forced, icon=":material/undo:")
+            with st.container(horizontal=True):          # one block, where columns would be five
+                st.button(f"Knock out {expert}", key="routing_knock", on_click=knock_out, args=(expert,),
+                          disabled=expert in settings.knocked_out, icon=":material/block:")
+                st.button(f"Force {expert}", key="routing_force_one", on_click=force, args=(expert,),
+                          disabled=expert in settings.forced, icon=":material/push_pin:")
+                st.button(f"Restore {expert}", key="routing_restore", on_click=restore, args=(expert,),
+                          disabled=expert not in settings.knocked_out + settings.forced, icon=":material/undo:")
             t1, t2 = st.columns(2, gap="medium")
             with t1:
                 st.markdown("**Tokens of the prompt that score it highest**")
