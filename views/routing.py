@@ -124,7 +124,8 @@ def layer_run(prompt, layer: int, settings: rt.Rerouting):
 
 @st.fragment(key=EXPLORER)
 def explorer(prompt) -> None:
-    """The token and the re-routing, and what follow both: what the re-routing changed, the fingerprint."""
+    """The token and the re-routing, and what follows both: the sparsity, what the re-routing changed, the
+    fingerprint; the layer view inside it."""
     T = len(prompt.ids)
     chips = rt.chip_labels(prompt.pieces)
     token = ui.token_index(view, prompt.ids, st.pills, "Token: click one to follow it through the layers",
@@ -190,18 +191,20 @@ def explorer(prompt) -> None:
     with outcome:
         st.subheader("What the re-routing changed")
         c_changed, c_pred = st.columns(2, gap="medium")
-        with c_changed:
-            if plan is None and settings.override(cfg) is not None:
-                st.info("Your change applies to no layer: layer 0 is dense and has no router. Pick a layer from 1 to "
-                        "92, or apply the change to this layer and every later one.", icon=":material/alt_route:")
-            elif plan is None:
-                st.info("Nothing is re-routed yet: change top-k, turn the bias off, knock out or force an expert, or "
-                        "go dense, and this shows how many of the token's experts change in each later layer.",
-                        icon=":material/alt_route:")
+        with c_changed:                    # always the chart (kept in the browser), empty until something changes
+            if plan is None:
+                no_layer = settings.override(cfg) is not None
+                note = "Your change applies to no layer here" if no_layer else "Nothing is re-routed yet"
+                caption = ("Your change applies to no layer: layer 0 is dense and has no router. Pick a layer from 1 "
+                           "to 92, or apply the change to this layer and every later one." if no_layer else
+                           "Nothing is re-routed yet: change top-k, turn the bias off, knock out or force an expert, "
+                           "or go dense, and this shows how many of the token's experts change in each later layer.")
+                diff = rt.changed_choices(base, run, token, LAST + 1)          # no rows
             else:
-                diff = rt.changed_choices(base, run, token, plan[0])
-                ui.vega_chart(changed_spec(diff), rt.changed_caption(diff, plan[0], scope),
-                              alt="Bar chart of changed expert choices per layer for the chosen token.", key="routing_changed")
+                note, diff = None, rt.changed_choices(base, run, token, plan[0])
+                caption = rt.changed_caption(diff, plan[0], scope)
+            ui.vega_chart(changed_spec(diff, note), caption,
+                          alt="Bar chart of changed expert choices per layer for the chosen token.", key="routing_changed")
         with c_pred:
             pieces_of = lv.tokenizer.pieces
             before, after = rt.top_predictions(base, token, pieces_of), rt.top_predictions(run, token, pieces_of)

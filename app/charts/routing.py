@@ -173,30 +173,41 @@ CHANGED_SERIES = ("no longer chosen", "newly chosen")     # of the token's exper
 def _changed_template() -> str:
     tooltip = [{"field": "layer", "type": "ordinal"}, {"field": "series", "type": "nominal", "title": "experts"},
                {"field": "experts", "type": "quantitative", "title": "how many"}]
-    spec = {"$schema": "https://vega.github.io/schema/vega-lite/v5.json",
-            "data": {"name": "changed"}, "width": "container", "height": 230,
-            "mark": {"type": "bar"},
+    bars = {"data": {"name": "changed"}, "mark": {"type": "bar"},
             "encoding": {
                 "x": {"field": "layer", "type": "ordinal", "title": "layer",
                       "axis": {"labelAngle": 0, "labelExpr": "datum.value % 10 == 0 ? datum.label : ''"}},
                 "xOffset": {"field": "series", "type": "nominal", "sort": list(CHANGED_SERIES)},
-                "y": {"field": "experts", "type": "quantitative", "title": "experts"},
+                # at least 0..16 (a token's experts), so the empty plot has a sensible axis
+                "y": {"field": "experts", "type": "quantitative", "title": "experts",
+                      "scale": {"domain": {"unionWith": [0, 16]}}, "axis": {"format": "d", "tickMinStep": 1}},
                 "color": {"field": "series", "type": "nominal", "title": None,
                           "scale": {"domain": list(CHANGED_SERIES), "range": [CHOSEN, OI["blue"]]},
                           "legend": {"orient": "bottom", "direction": "horizontal"}},
-                "tooltip": tooltip},
+                "tooltip": tooltip}}
+    # a line in the middle of the plot while nothing is re-routed (its dataset is then one row, else none)
+    note = {"data": {"name": "note"}, "mark": {"type": "text", "fontSize": 14, "color": "#888888"},
+            "encoding": {"text": {"field": "text", "type": "nominal"}, "x": {"value": {"expr": "width / 2"}},
+                         "y": {"value": {"expr": "height / 2"}}}}
+    spec = {"$schema": "https://vega.github.io/schema/vega-lite/v5.json", "width": "container", "height": 230,
+            "layer": [bars, note],
             "usermeta": {"chart": "routing_changed", "embedOptions": {"renderer": "canvas"}}}
     return json.dumps(spec)
 
 
-def changed_spec(df: pd.DataFrame) -> dict:
+def changed_spec(df: pd.DataFrame, note: str | None = None) -> dict:
     """Per later layer: how many of the token's original experts were dropped and how many are new, as
-    grouped bars (a Vega-Lite spec whose data is its named dataset "changed"; the spec never changes)."""
+    grouped bars (a Vega-Lite spec whose data is its named datasets "changed" and "note"; the spec never
+    changes, so the chart stays in the browser while the routing goes back and forth). `note`: a line shown
+    in the plot, for when nothing is re-routed (`df` then has no rows)."""
     spec = json.loads(_changed_template())
     layers = df["layer"].astype(int).to_numpy()
-    spec["datasets"] = {"changed": pd.DataFrame({
-        "layer": np.repeat(layers, 2), "series": np.tile(CHANGED_SERIES, len(layers)),
-        "experts": np.column_stack([df["dropped"], df["added"]]).reshape(-1).astype(int)})}
+    spec["datasets"] = {
+        "changed": pd.DataFrame({
+            "layer": np.repeat(layers, 2), "series": np.tile(CHANGED_SERIES, len(layers)),
+            "experts": np.column_stack([df["dropped"], df["added"]]).reshape(-1).astype(int)}),
+        "note": pd.DataFrame({"text": [note] if note else []}, dtype=str),
+    }
     return spec
 
 
