@@ -254,8 +254,7 @@ def layer_view(prompt, token: int, settings: rt.Rerouting, nav, left, below):
                                   format_func={"probability": "probability", "load": "load"}.get,
                                   help="the router's probability for this token, or how many tokens of "
                                        "the whole prompt chose each expert")
-    with nav:
-        plan, base, run = layer_run(prompt, layer, settings)
+        plan, base, run = layer_run(prompt, layer, settings)         # its spinner under the layer's controls
 
     grid = expert = None
     with left:
