@@ -343,8 +343,8 @@ def goal_note(setup: Setup, floor: float) -> str:
     from model.config import K3Config
     k3 = K3Config.full()
     n, k = k3.n_routed_experts, k3.top_k
-    examples = ", ".join(f"{m:,} tokens give {noise_floor(m, k, n):.2f}" for m in FLOOR_EXAMPLES)
-    live_floor = noise_floor(LIVE_EVAL_TOKENS, k, n)
+    examples = ", ".join(f"{m:,} tokens give {cached_noise_floor(m, k, n):.2f}" for m in FLOOR_EXAMPLES)
+    live_floor = cached_noise_floor(LIVE_EVAL_TOKENS, k, n)
     return (f"**The goal is the floor** ({floor:.2f} here, derived): the max/mean that even a perfectly balanced "
             f"router shows on a fresh batch of {setup.tokens:,} tokens, from sampling noise alone. With "
             f"q = m·k/n = {q:,.1f} tokens per expert, loads vary by about √q = {q ** 0.5:.1f} from batch to batch, "
@@ -431,3 +431,4 @@ def cached_sign_story(setup: Setup, gamma: float, aux: float, source: str, layer
 @st.cache_data(max_entries=64, show_spinner=False)
 def cached_noise_floor(tokens: int, top_k: int, n_experts: int) -> float:
     return noise_floor(tokens, top_k, n_experts)
+
