@@ -82,13 +82,14 @@ def layer_stack(cfg: K3Config) -> pd.DataFrame:
         attn = "Kimi Delta Attention (fixed-size state)" if kind == "kda" else "gated MLA (latent KV cache)"
         ffn = "Stable LatentMoE" if cfg.is_moe(i) else "dense SiTU-GLU FFN"
         block = block_of[i]
+        if cfg.is_moe(i):
+            ffn += f" ({cfg.n_routed_experts} experts, top-{cfg.top_k} + {cfg.n_shared_experts} shared)"
+        where = f"layer {i} (position {i + 1} of {cfg.num_layers})"
+        in_block = f"{block + 1} of {len(cfg.attnres_blocks)}" if block >= 0 else "none"
         rows.append({
             "layer": i, "attention": kind.upper(), "ffn": "MoE" if cfg.is_moe(i) else "dense",
-            "block": block,
-            "hover": (f"layer {i} (position {i + 1} of {cfg.num_layers})<br>attention: {attn}<br>"
-                      f"FFN: {ffn}" + (f" ({cfg.n_routed_experts} experts, top-{cfg.top_k} + "
-                                       f"{cfg.n_shared_experts} shared)" if cfg.is_moe(i) else "")
-                      + (f"<br>AttnRes block {block + 1} of {len(cfg.attnres_blocks)}" if block >= 0 else "")),
+            "block": block, "where": where, "attention_detail": attn, "ffn_detail": ffn, "block_detail": in_block,
+            "hover": f"{where}; attention: {attn}; FFN: {ffn}; AttnRes block {in_block}",
         })
     return pd.DataFrame(rows)
 

@@ -45,12 +45,12 @@ def test_overview_cards_all_check_out():
 
 def test_overview_breakdown_toggle_switches_to_active():
     at = AppTest.from_file(str(ROOT / "streamlit_app.py"), default_timeout=180).run()
-    bar = lambda: next(json.loads(c.proto.spec) for c in at.get("plotly_chart")
-                       if "% of" in json.dumps(json.loads(c.proto.spec)["layout"].get("xaxis", {})))
-    assert "stored" in bar()["layout"]["xaxis"]["title"]["text"]
+    bar = lambda: next(json.loads(c.proto.spec) for c in at.get("vega_lite_chart")
+                       if json.loads(c.proto.spec).get("usermeta", {}).get("chart") == "overview_breakdown")
+    assert "stored" in bar()["layer"][0]["encoding"]["x"]["title"]
     at.segmented_control(key="breakdown_view").set_value("active").run()
     assert not at.exception
-    assert "per-token" in bar()["layout"]["xaxis"]["title"]["text"]
+    assert "per-token" in bar()["layer"][0]["encoding"]["x"]["title"]
 
 
 def test_junk_query_params_get_a_notice_not_a_traceback():

@@ -45,13 +45,16 @@ def test_unknown_page_and_junk_params_are_friendly(server, page, shot_dir):
 def test_overview_hover_explains_a_layer(server, page):
     page.goto(server)
     settle(page)
-    plot = page.locator(".js-plotly-plot").first
-    plot.scroll_into_view_if_needed()
-    # hover the first MLA square (layer 3): plotly renders points as path.point
-    points = plot.locator("g.trace.scatter").first.locator("path.point")
-    assert points.count() == 69
-    mla = plot.locator("g.trace.scatter").nth(1).locator("path.point").first
-    mla.hover(force=True)
-    page.wait_for_selector(".hoverlayer .hovertext", timeout=10_000)
-    text = plot.locator(".hoverlayer").text_content()
+    # the layer stack is Vega-Lite drawn as SVG: one square per layer and row, each described for screen readers
+    squares = page.locator(".vega-embed svg g.mark-symbol path")
+    assert squares.count() == 2 * 93
+    attention = squares.locator("xpath=self::*[contains(@aria-label, 'row: attention')]")
+    assert attention.count() == 93
+    assert squares.locator("xpath=self::*[contains(@aria-label, 'kind: gated MLA')]").count() == 24
+    mla = squares.locator("xpath=self::*[contains(@aria-label, 'position 4 of 93') and contains(@aria-label, 'row: attention')]")
+    mla.first.scroll_into_view_if_needed()
+    mla.first.hover(force=True)
+    tip = page.locator("#vg-tooltip-element")
+    tip.wait_for(state="visible", timeout=10_000)
+    text = tip.inner_text()
     assert "layer 3" in text and "gated MLA" in text

@@ -1,8 +1,10 @@
 """The Overview's data and figures: built from the config and accounting, sources on every row."""
+import json
+
 import numpy as np
 import pytest
 
-from app.charts.overview import breakdown_figure, frontier_figure, growth_figure, stack_figure
+from app.charts.overview import STAR, breakdown_spec, frontier_spec, growth_spec, stack_spec
 from app.overview import breakdown, frontier_table, headlines, k2_published_note, k2_vs_k3, layer_stack
 from app.text import fmt_params, md_escape
 from model.config import K3Config
@@ -25,9 +27,14 @@ def test_layer_stack_has_every_layer_and_block():
     assert (s["ffn"] == "dense").sum() == 1 and s.loc[0, "ffn"] == "dense"
     assert s.groupby("block").size().tolist() == [12] * 7 + [9]
     assert "position 93 of 93" in s.loc[92, "hover"] and "MLA" in s.loc[92, "hover"]
-    fig = stack_figure(s, 8)
-    assert sum(len(t.x) for t in fig.data) == 2 * 93
-    assert sum(1 for a in fig.layout.annotations if a.text.startswith("block")) == 8
+    spec = stack_spec(s, 8)
+    squares, blocks = spec["datasets"]["squares"], spec["datasets"]["blocks"]
+    assert len(squares) == 2 * 93 and squares["layer"].nunique() == 93
+    assert squares["kind"].value_counts().to_dict() == {
+        "LatentMoE FFN (92)": 92, "Kimi Delta Attention (69)": 69, "gated MLA (24)": 24, "dense FFN (1)": 1}
+    assert list(blocks["label"]) == [f"block {b}" for b in range(1, 9)]
+    assert (blocks["end"] - blocks["start"]).tolist() == [12] * 7 + [9]      # blocks tile the 93 layers
+    assert blocks["start"].iloc[0] == -0.5 and blocks["end"].iloc[-1] == 92.5
 
 
 def test_frontier_table_sources_and_computed_k3():
@@ -38,8 +45,14 @@ def test_frontier_table_sources_and_computed_k3():
     assert "Kimi K3" not in set(df.loc[df["origin"] == "published", "model"])
     ds = df.set_index("model")
     assert ds.loc["DeepSeek-V3", "total_b"] == 671 and ds.loc["DeepSeek-V3", "active_b"] == 37
-    fig = frontier_figure(df)
-    assert fig.layout.xaxis.type == "log" and fig.layout.yaxis.type == "log"
+    spec = frontier_spec(df)
+    x, y = spec["layer"][0]["encoding"]["x"], spec["layer"][0]["encoding"]["y"]
+    assert x["scale"]["type"] == "log" and y["scale"]["type"] == "log"
+    models = spec["datasets"]["models"]
+    assert len(models) == len(df) and (models["origin"] == "Kimi K3, computed by our accounting").sum() == 1
+    lines = spec["datasets"]["lines"]                           # each dotted line keeps its share throughout
+    assert np.allclose(lines["active"] / lines["total"], np.repeat([0.01, 0.03, 0.1, 0.3], 2))
+    assert STAR in json.dumps(spec["layer"][2]["encoding"]["shape"])
 
 
 def test_k2_to_k3_ratios():
@@ -49,7 +62,10 @@ def test_k2_to_k3_ratios():
     # 16 x 3584 == 8 x 7168: latent dispatch keeps K2's per-token volume
     assert df.loc["Values a token sends to its experts", "ratio"] == 1
     assert df.loc["Total parameters (B)", "K2"] == pytest.approx(1026.4, abs=0.1)
-    assert len(growth_figure(k2_vs_k3()).data) == len(df)
+    panels = growth_spec(k2_vs_k3())["datasets"]["growth"]
+    assert panels["panel"].nunique() == len(df) and len(panels) == 2 * len(df)
+    k3_experts = panels[(panels["metric"] == "Routed experts") & (panels["model"] == "K3")]
+    assert k3_experts["value"].tolist() == [896] and k3_experts["panel"].iloc[0].endswith("×2.33")
     assert "1.04T" in k2_published_note() and "1,026.4B" in k2_published_note()
 
 
@@ -57,8 +73,11 @@ def test_breakdown_shares():
     df = breakdown(K3Config.full())
     assert df["share of total"].sum() == pytest.approx(1)
     assert df["share of active"].sum() == pytest.approx(1)
-    fig = breakdown_figure(df, "active")
-    assert np.isclose(sum(fig.data[0].x), 100)
+    for which in ("total", "active"):
+        bars = breakdown_spec(df, which)["datasets"]["breakdown"]
+        assert np.isclose(bars["percent"].sum(), 100) and bars["percent"].is_monotonic_decreasing
+    bars = breakdown_spec(df, "active")["datasets"]["breakdown"]
+    assert "embedding" not in set(bars["component"])              # a lookup: no active parameters
 
 
 def test_text_helpers():

@@ -1,112 +1,203 @@
-"""Figures of the Overview page: pure functions from data frames to plotly figures."""
+"""Figures of the Overview page: pure functions from data frames to Vega-Lite specs (their data in named
+datasets), drawn by the browser's Vega without plotly (the page's reload: ~2.2 s with four plotly charts,
+~1.4 s with four Vega-Lite charts on this machine)."""
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-import plotly.graph_objects as go
-from plotly.subplots import make_subplots
 
 from app import theme
 
+SCHEMA = "https://vega.github.io/schema/vega-lite/v5.json"
+ATTENTION_NAMES = {"KDA": "Kimi Delta Attention", "MLA": "gated MLA"}
+FFN_NAMES = {"dense": "dense FFN", "MoE": "LatentMoE FFN"}
+ROWS = ("attention", "FFN")
+# A five-pointed star (Vega has no star symbol): K3's point on the frontier chart, as on the plotly original.
+STAR = ("M0,-1L0.2245,-0.309L0.9511,-0.309L0.3633,0.118L0.5878,0.809L0,0.382L-0.5878,0.809L-0.3633,0.118"
+        "L-0.9511,-0.309L-0.2245,-0.309Z")
 
-def stack_figure(stack: pd.DataFrame, n_blocks: int) -> go.Figure:
-    """The layer stack as two rows of squares (attention above, FFN below), AttnRes blocks shaded."""
-    fig = go.Figure()
-    attn_colour = {"KDA": theme.KDA, "MLA": theme.MLA}
-    names = {"KDA": "Kimi Delta Attention", "MLA": "gated MLA"}
+
+def _meta(name: str, renderer: str = "canvas") -> dict:
+    return {"chart": name, "embedOptions": {"renderer": renderer}}
+
+
+def stack_spec(stack: pd.DataFrame, n_blocks: int, theme_type: str | None = None) -> dict:
+    """The layer stack as two rows of squares (attention above, FFN below), AttnRes blocks shaded and
+    labelled; point at a square for what its layer is made of. Drawn as SVG, one element per square."""
+    kinds = []
     for kind in ("KDA", "MLA"):
-        part = stack[stack["attention"] == kind]
-        fig.add_trace(go.Scatter(
-            x=part["layer"], y=[1] * len(part), mode="markers", name=f"{names[kind]} ({len(part)})",
-            marker=dict(symbol="square", size=11, color=attn_colour[kind], line=dict(width=0)),
-            hovertext=part["hover"], hoverinfo="text"))
-    for kind, colour, label in (("dense", theme.DENSE, "dense FFN"), ("MoE", theme.MOE, "LatentMoE FFN")):
-        part = stack[stack["ffn"] == kind]
-        fig.add_trace(go.Scatter(
-            x=part["layer"], y=[0] * len(part), mode="markers", name=f"{label} ({len(part)})",
-            marker=dict(symbol="square", size=11, color=colour, line=dict(width=0)),
-            hovertext=part["hover"], hoverinfo="text"))
-    for b in range(n_blocks):
-        layers = stack.loc[stack["block"] == b, "layer"]
-        if layers.empty:
-            continue
-        fig.add_vrect(x0=layers.min() - 0.5, x1=layers.max() + 0.5, y0=0, y1=1, line_width=0,
-                      fillcolor=theme.SEQUENCE[7] if b % 2 else theme.SEQUENCE[5], opacity=0.12, layer="below")
-        fig.add_annotation(x=(layers.min() + layers.max()) / 2, y=1.75, text=f"block {b + 1}",
-                           showarrow=False, font=dict(size=11))
-    fig.update_yaxes(tickvals=[0, 1], ticktext=["FFN", "attention"], range=[-0.8, 2.1], fixedrange=True,
-                     showgrid=False, zeroline=False)
-    fig.update_xaxes(title="layer (0-based)", range=[-1, len(stack)], dtick=4, showgrid=False, zeroline=False)
-    fig.update_layout(height=250, margin=dict(l=10, r=10, t=10, b=10), hovermode="closest",
-                      legend=dict(orientation="h", y=-0.45, x=0))
-    return fig
+        kinds.append(f"{ATTENTION_NAMES[kind]} ({int((stack['attention'] == kind).sum())})")
+    for kind in ("dense", "MoE"):
+        kinds.append(f"{FFN_NAMES[kind]} ({int((stack['ffn'] == kind).sum())})")
+    colours = [theme.KDA, theme.MLA, theme.DENSE, theme.MOE]
+    label = {"KDA": kinds[0], "MLA": kinds[1], "dense": kinds[2], "MoE": kinds[3]}
+    common = stack[["layer", "where", "attention_detail", "ffn_detail", "block_detail"]]
+    squares = pd.concat([
+        common.assign(row=ROWS[0], kind=stack["attention"].map(label)),
+        common.assign(row=ROWS[1], kind=stack["ffn"].map(label)),
+    ], ignore_index=True)
+    blocks = (stack[stack["block"] >= 0].groupby("block")["layer"].agg(["min", "max"]).reset_index())
+    blocks = pd.DataFrame({"start": blocks["min"] - 0.5, "end": blocks["max"] + 0.5,
+                           "middle": (blocks["min"] + blocks["max"]) / 2, "label": [f"block {b + 1}" for b in blocks["block"]],
+                           "fill": [theme.SEQUENCE[7] if b % 2 else theme.SEQUENCE[5] for b in blocks["block"]]})
+    x = {"field": "layer", "type": "quantitative", "title": "layer (0-based)",
+         "scale": {"domain": [-1, len(stack)], "nice": False, "zero": False},
+         "axis": {"values": list(range(0, len(stack), 4)), "grid": False}}
+    y = {"field": "row", "type": "nominal", "title": None, "sort": list(ROWS),
+         "scale": {"domain": list(ROWS), "paddingOuter": 0.6}, "axis": {"ticks": False, "domain": False}}
+    return {
+        "$schema": SCHEMA, "width": "container", "height": 150,
+        "datasets": {"squares": squares, "blocks": blocks},
+        "layer": [
+            {"data": {"name": "blocks"}, "mark": {"type": "rect", "opacity": 0.12},
+             "encoding": {"x": {"field": "start", "type": "quantitative", "scale": x["scale"], "axis": x["axis"],
+                                "title": x["title"]},
+                          "x2": {"field": "end"},
+                          "color": {"field": "fill", "type": "nominal", "legend": None, "scale": None}}},
+            {"data": {"name": "blocks"}, "mark": {"type": "text", "baseline": "bottom", "dy": -4, "fontSize": 11,
+                                                  "color": theme.ink(theme_type), "y": 0},
+             "encoding": {"x": {"field": "middle", "type": "quantitative", "scale": x["scale"]},
+                          "text": {"field": "label"}}},
+            {"data": {"name": "squares"}, "mark": {"type": "square", "size": 56, "opacity": 1},
+             "encoding": {"x": x, "y": y,
+                          "color": {"field": "kind", "type": "nominal", "title": None,
+                                    "scale": {"domain": kinds, "range": colours},
+                                    "legend": {"orient": "bottom", "direction": "horizontal", "symbolType": "square"}},
+                          "tooltip": [{"field": "where", "title": "layer"},
+                                      {"field": "attention_detail", "title": "attention"},
+                                      {"field": "ffn_detail", "title": "FFN"},
+                                      {"field": "block_detail", "title": "AttnRes block"}]}},
+        ],
+        "config": {"view": {"stroke": None}},
+        "usermeta": _meta("overview_stack", "svg"),
+    }
 
 
-def breakdown_figure(df: pd.DataFrame, which: str = "total") -> go.Figure:
-    """Share of the parameters by component ('total' = stored weights, 'active' = used per token)."""
+def breakdown_spec(df: pd.DataFrame, which: str = "total", theme_type: str | None = None) -> dict:
+    """Share of the parameters by component ('total' = stored weights, 'active' = used per token), as
+    horizontal bars labelled with the share and the count."""
     share = f"share of {which}"
-    d = df[df[which] > 0].sort_values(which)
-    fig = go.Figure(go.Bar(
-        x=d[share] * 100, y=d["component"], orientation="h",
-        marker_color=[theme.ACCENT if c == "routed experts" else theme.K3 for c in d["component"]],
-        text=[f"{s * 100:.2f}%  ({v / 1e9:,.1f}B)" for s, v in zip(d[share], d[which])],
-        textposition="outside", cliponaxis=False,
-        hovertemplate="%{y}: %{x:.3f}%<extra></extra>"))
-    fig.update_xaxes(title=f"% of {'all stored' if which == 'total' else 'per-token active'} parameters",
-                     range=[0, 118], ticksuffix="%")
-    fig.update_layout(height=360, margin=dict(l=10, r=10, t=10, b=10))
-    return fig
+    d = df[df[which] > 0].sort_values(which, ascending=False)
+    bars = pd.DataFrame({
+        "component": d["component"].to_numpy(), "percent": (d[share] * 100).to_numpy(),
+        "params": d[which].to_numpy().astype(float),
+        "label": [f"{s * 100:.2f}%  ({v / 1e9:,.1f}B)" for s, v in zip(d[share], d[which])],
+        "kind": ["routed experts" if c == "routed experts" else "other" for c in d["component"]]})
+    x = {"field": "percent", "type": "quantitative", "scale": {"domain": [0, 118], "nice": False},
+         "title": f"% of {'all stored' if which == 'total' else 'per-token active'} parameters",
+         "axis": {"values": [0, 20, 40, 60, 80, 100], "labelExpr": "datum.value + '%'"}}
+    y = {"field": "component", "type": "nominal", "title": None, "sort": None, "axis": {"ticks": False}}
+    return {
+        "$schema": SCHEMA, "width": "container", "height": 320,
+        "datasets": {"breakdown": bars}, "data": {"name": "breakdown"},
+        "layer": [
+            {"mark": {"type": "bar"},
+             "encoding": {"x": x, "y": y,
+                          "color": {"field": "kind", "type": "nominal", "legend": None,
+                                    "scale": {"domain": ["routed experts", "other"], "range": [theme.ACCENT, theme.K3]}},
+                          "tooltip": [{"field": "component"},
+                                      {"field": "percent", "type": "quantitative", "title": "%", "format": ".3f"},
+                                      {"field": "params", "type": "quantitative", "title": "parameters", "format": ",.0f"}]}},
+            {"mark": {"type": "text", "align": "left", "dx": 4, "color": theme.ink(theme_type)},
+             "encoding": {"x": x, "y": y, "text": {"field": "label"}}},
+        ],
+        "usermeta": _meta("overview_breakdown"),
+    }
 
 
-def frontier_figure(df: pd.DataFrame) -> go.Figure:
-    """Total vs active parameters on log axes, with lines of constant active share."""
-    fig = go.Figure()
-    x_max, y_max = 5000, 200
-    for share in (0.01, 0.03, 0.1, 0.3):
-        fig.add_trace(go.Scatter(x=[30, x_max], y=[30 * share, x_max * share], mode="lines", showlegend=False,
-                                 hoverinfo="skip", line=dict(dash="dot", width=1, color=theme.OKABE_ITO["grey"])))
-        # label where the line leaves the plot, just inside it
-        x_end = min(x_max, y_max / share) * 0.8
-        fig.add_annotation(x=np.log10(x_end), y=np.log10(x_end * share), text=f"{share:.0%} active",
-                           showarrow=False, xanchor="right", yshift=9,
-                           font=dict(size=10, color=theme.OKABE_ITO["grey"]))
-    for origin, colour, symbol, size in (("published", theme.K2, "circle", 11),
-                                         ("computed", theme.ACCENT, "star", 20)):
-        d = df[df["origin"] == origin]
-        fig.add_trace(go.Scatter(
-            x=d["total_b"], y=d["active_b"], mode="markers+text", text=d["model"],
-            textposition="middle left" if origin == "computed" else "top center",
-            name=("published figures" if origin == "published"
-                                             else "Kimi K3, computed by our accounting"),
-            marker=dict(size=size, color=colour, symbol=symbol, line=dict(width=1, color="rgba(0,0,0,0.4)")),
-            customdata=np.stack([d["source"], d["active share"] * 100], axis=1),
-            hovertemplate="<b>%{text}</b><br>total %{x:,.1f}B<br>active %{y:,.1f}B (%{customdata[1]:.1f}%)"
-                          "<br>source: %{customdata[0]}<extra></extra>"))
-    fig.update_xaxes(type="log", title="total parameters (billions, log)", range=[np.log10(30), np.log10(x_max)],
-                     tickvals=[30, 50, 100, 200, 500, 1000, 2000, 5000])
-    fig.update_yaxes(type="log", title="active parameters per token (billions, log)",
-                     range=[np.log10(2), np.log10(y_max)], tickvals=[2, 5, 10, 20, 50, 100, 200])
-    fig.update_layout(height=520, margin=dict(l=10, r=10, t=10, b=10),
-                      legend=dict(orientation="h", y=-0.15, x=0))
-    return fig
+SHARES = (0.01, 0.03, 0.1, 0.3)
 
 
-def growth_figure(df: pd.DataFrame, cols: int = 5) -> go.Figure:
+def frontier_spec(df: pd.DataFrame, theme_type: str | None = None) -> dict:
+    """Total vs active parameters on log axes, with dotted lines of constant active share; K3 (computed
+    by the accounting) a star, the published models circles."""
+    x_lo, x_max, y_lo, y_max = 30, 5000, 2, 200
+    lines, labels = [], []
+    for share in SHARES:
+        name = f"{share:.0%} active"
+        lines += [{"share": name, "total": float(x_lo), "active": x_lo * share},
+                  {"share": name, "total": float(x_max), "active": x_max * share}]
+        x_end = min(x_max, y_max / share) * 0.8                    # where the line leaves the plot, inside it
+        labels.append({"share": name, "total": x_end, "active": x_end * share})
+    points = pd.DataFrame({
+        "model": df["model"].to_numpy(), "total": df["total_b"].to_numpy().astype(float),
+        "active": df["active_b"].to_numpy().astype(float), "share": (df["active share"] * 100).to_numpy().astype(float),
+        "source": df["source"].to_numpy(),
+        "origin": np.where(df["origin"] == "computed", "Kimi K3, computed by our accounting", "published figures")})
+    origins = ["published figures", "Kimi K3, computed by our accounting"]
+    x = {"field": "total", "type": "quantitative", "title": "total parameters (billions, log)",
+         "scale": {"type": "log", "domain": [x_lo, x_max], "nice": False},
+         "axis": {"values": [30, 50, 100, 200, 500, 1000, 2000, 5000], "format": "~s"}}
+    y = {"field": "active", "type": "quantitative", "title": "active parameters per token (billions, log)",
+         "scale": {"type": "log", "domain": [y_lo, y_max], "nice": False},
+         "axis": {"values": [2, 5, 10, 20, 50, 100, 200]}}
+    grey, ink = theme.OKABE_ITO["grey"], theme.ink(theme_type)
+    return {
+        "$schema": SCHEMA, "width": "container", "height": 480,
+        "datasets": {"lines": pd.DataFrame(lines), "line_labels": pd.DataFrame(labels), "models": points},
+        "layer": [
+            {"data": {"name": "lines"}, "mark": {"type": "line", "strokeDash": [2, 3], "strokeWidth": 1,
+                                                 "color": grey, "clip": True},
+             "encoding": {"x": x, "y": y, "detail": {"field": "share"}}},
+            {"data": {"name": "line_labels"}, "mark": {"type": "text", "align": "right", "dy": -8, "fontSize": 10,
+                                                       "color": grey},
+             "encoding": {"x": x, "y": y, "text": {"field": "share"}}},
+            {"data": {"name": "models"},
+             "mark": {"type": "point", "filled": True, "opacity": 1, "stroke": "rgba(0,0,0,0.4)", "strokeWidth": 1},
+             "encoding": {"x": x, "y": y,
+                          "color": {"field": "origin", "type": "nominal", "title": None,
+                                    "scale": {"domain": origins, "range": [theme.K2, theme.ACCENT]},
+                                    "legend": {"orient": "bottom", "direction": "horizontal", "labelLimit": 320}},
+                          "shape": {"field": "origin", "type": "nominal", "scale": {"domain": origins, "range": ["circle", STAR]}},
+                          "size": {"field": "origin", "type": "nominal", "legend": None,
+                                   "scale": {"domain": origins, "range": [110, 420]}},
+                          "tooltip": [{"field": "model"},
+                                      {"field": "total", "type": "quantitative", "title": "total (B)", "format": ",.1f"},
+                                      {"field": "active", "type": "quantitative", "title": "active (B)", "format": ",.1f"},
+                                      {"field": "share", "type": "quantitative", "title": "active share (%)", "format": ".1f"},
+                                      {"field": "source"}]}},
+            {"data": {"name": "models"}, "transform": [{"filter": f"datum.origin == '{origins[0]}'"}],
+             "mark": {"type": "text", "dy": -12, "fontSize": 11, "color": ink},
+             "encoding": {"x": x, "y": y, "text": {"field": "model"}}},
+            {"data": {"name": "models"}, "transform": [{"filter": f"datum.origin == '{origins[1]}'"}],
+             "mark": {"type": "text", "align": "right", "dx": -14, "fontSize": 12, "fontWeight": "bold", "color": ink},
+             "encoding": {"x": x, "y": y, "text": {"field": "model"}}},
+        ],
+        "usermeta": _meta("overview_frontier"),
+    }
+
+
+def growth_spec(df: pd.DataFrame, theme_type: str | None = None, columns: int = 5) -> dict:
     """K2 -> K3, one small bar chart per metric, each on its own scale, titled with the ratio."""
-    rows = -(-len(df) // cols)
-    titles = [f"{m}<br><b>x{r:.2f}</b>" for m, r in zip(df["metric"], df["ratio"])]
-    fig = make_subplots(rows=rows, cols=cols, subplot_titles=titles, vertical_spacing=0.28,
-                        horizontal_spacing=0.06)
-    for i, r in enumerate(df.itertuples()):
-        fig.add_trace(go.Bar(
-            x=["K2", "K3"], y=[r.K2, r.K3], marker_color=[theme.K2, theme.K3], showlegend=False,
-            text=[_short(r.K2), _short(r.K3)], textposition="inside",
-            hovertemplate=f"{r.metric}<br>%{{x}}: %{{y:,.4g}}<br>{r.origin}<extra></extra>"),
-            row=i // cols + 1, col=i % cols + 1)
-    fig.update_annotations(font_size=11)
-    fig.update_yaxes(showticklabels=False, showgrid=False)
-    fig.update_layout(height=200 * rows + 60, margin=dict(l=10, r=10, t=50, b=10), bargap=0.25)
-    return fig
+    rows = []
+    for order, r in enumerate(df.itertuples()):
+        title = f"{r.metric}|×{r.ratio:.2f}"
+        for model, value in (("K2", r.K2), ("K3", r.K3)):
+            rows.append({"panel": title, "order": order, "model": model, "value": float(value),
+                         "text": _short(value), "metric": r.metric, "origin": r.origin})
+    return {
+        "$schema": SCHEMA,
+        "datasets": {"growth": pd.DataFrame(rows)}, "data": {"name": "growth"},
+        "facet": {"field": "panel", "type": "nominal", "sort": {"field": "order", "op": "min"}, "title": None,
+                  "header": {"labelExpr": "split(datum.value, '|')", "labelFontSize": 11, "labelFontWeight": "bold"}},
+        "columns": columns,
+        "spec": {"width": 150, "height": 110, "layer": [
+            {"mark": {"type": "bar"},
+             "encoding": {"x": {"field": "model", "type": "nominal", "title": None, "axis": {"labelAngle": 0, "ticks": False}},
+                          "y": {"field": "value", "type": "quantitative", "title": None, "axis": None},
+                          "color": {"field": "model", "type": "nominal", "legend": None,
+                                    "scale": {"domain": ["K2", "K3"], "range": [theme.K2, theme.K3]}},
+                          "tooltip": [{"field": "metric"}, {"field": "model"},
+                                      {"field": "value", "type": "quantitative", "format": ",.4~g"},
+                                      {"field": "origin"}]}},
+            {"mark": {"type": "text", "baseline": "bottom", "dy": -2, "fontSize": 11, "color": theme.ink(theme_type)},
+             "encoding": {"x": {"field": "model", "type": "nominal"},
+                          "y": {"field": "value", "type": "quantitative"}, "text": {"field": "text"}}},
+        ]},
+        "resolve": {"scale": {"y": "independent"}},
+        "config": {"view": {"stroke": None}},
+        "usermeta": _meta("overview_growth"),
+    }
 
 
 def _short(v: float) -> str:
