@@ -18,7 +18,8 @@ link, the grid's title, the "Experts per token" metric, the expert panel's butto
 titles; so a rerun too fast to see the "running" state is still caught), the app is idle and
 connected, no element is a loading skeleton, and the DOM has been quiet for 0.4 s and still is 0.3 s
 later with no new run. The end is the last DOM change before that quiet (for the floor that is
-plotly's redraw of the scatter). After each input the expected change is checked (the grid shows
+plotly's redraw of the scatter); a hover tooltip that opens meanwhile (a button's help text appears
+~0.5 s after the pointer arrives) is not a change of the app's answer and does not count. After each input the expected change is checked (the grid shows
 the next layer, the metric the new top-k, the chip is selected, the panel's buttons swapped, the
 toggle and the link agree), and the run stops with a clear message when a widget is missing.
 A slider key is timed as a person feels it: Streamlit commits it after a short debounce, and that
@@ -104,8 +105,15 @@ WATCH = """
     window.__bwState = v;
   };
   // no timer polls it: a 10 ms setInterval cost the page ~0.2 s of CPU per input (Chrome's sampling profiler)
+  // A hover tooltip (a button's help, opening ~0.5 s after the pointer arrives; a chart's tooltip) is no
+  // part of a rerun's answer: its nodes live outside the app's root or under role=tooltip, and the hovered
+  // element only gains aria-describedby. Such changes do not move the last-change time.
+  const hoverOnly = r => r.attributeName === 'aria-describedby' || (() => {
+    const t = r.target.nodeType === 1 ? r.target : r.target.parentElement;
+    return !t || !t.closest('[data-testid="stApp"]') || t.closest('[role="tooltip"]') !== null;
+  })();
   new MutationObserver(records => {
-    window.__bwLastMut = performance.now();
+    if (!records.every(hoverOnly)) window.__bwLastMut = performance.now();
     for (const r of records) {
       if (r.attributeName === 'data-test-script-state' && r.oldValue === 'running') {
         window.__bwRan = true; window.__bwRunEnd = performance.now();
