@@ -34,7 +34,9 @@ def one_run(browser) -> tuple[float, float]:
         page = browser.new_page(viewport={"width": 1400, "height": 2400})
         page.goto(f"http://127.0.0.1:{port}/")
         page.wait_for_selector(IDLE, timeout=120_000)
-        page.wait_for_selector(".js-plotly-plot .main-svg", timeout=120_000)
+        # every chart of the Overview drawn: the layer stack's SVG squares and the three canvas charts
+        page.wait_for_function("() => document.querySelectorAll('.vega-embed svg g.mark-symbol path').length >= 186"
+                               " && document.querySelectorAll('.vega-embed canvas').length >= 3", timeout=120_000)
         rendered = time.perf_counter() - t0
         page.close()
         return healthy, rendered
