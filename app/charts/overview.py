@@ -48,13 +48,14 @@ def stack_spec(stack: pd.DataFrame, n_blocks: int, theme_type: str | None = None
     return {
         "$schema": SCHEMA, "width": "container", "height": 150,
         "datasets": {"squares": squares, "blocks": blocks},
+        # text marks take their size from the config's "text" (presenter mode enlarges it)
         "layer": [
             {"data": {"name": "blocks"}, "mark": {"type": "rect", "opacity": 0.12},
              "encoding": {"x": {"field": "start", "type": "quantitative", "scale": x["scale"], "axis": x["axis"],
                                 "title": x["title"]},
                           "x2": {"field": "end"},
                           "color": {"field": "fill", "type": "nominal", "legend": None, "scale": None}}},
-            {"data": {"name": "blocks"}, "mark": {"type": "text", "baseline": "bottom", "dy": -4, "fontSize": 11,
+            {"data": {"name": "blocks"}, "mark": {"type": "text", "baseline": "bottom", "dy": -4,
                                                   "color": theme.ink(theme_type), "y": 0},
              "encoding": {"x": {"field": "middle", "type": "quantitative", "scale": x["scale"]},
                           "text": {"field": "label"}}},
@@ -86,7 +87,7 @@ def breakdown_spec(df: pd.DataFrame, which: str = "total", theme_type: str | Non
     x = {"field": "percent", "type": "quantitative", "scale": {"domain": [0, 118], "nice": False},
          "title": f"% of {'all stored' if which == 'total' else 'per-token active'} parameters",
          "axis": {"values": [0, 20, 40, 60, 80, 100], "labelExpr": "datum.value + '%'"}}
-    y = {"field": "component", "type": "nominal", "title": None, "sort": None, "axis": {"ticks": False}}
+    y = {"field": "component", "type": "nominal", "title": None, "sort": None, "axis": {"ticks": False, "labelLimit": 320}}
     return {
         "$schema": SCHEMA, "width": "container", "height": 320,
         "datasets": {"breakdown": bars}, "data": {"name": "breakdown"},
@@ -157,10 +158,10 @@ def frontier_spec(df: pd.DataFrame, theme_type: str | None = None) -> dict:
                                       {"field": "share", "type": "quantitative", "title": "active share (%)", "format": ".1f"},
                                       {"field": "source"}]}},
             {"data": {"name": "models"}, "transform": [{"filter": f"datum.origin == '{origins[0]}'"}],
-             "mark": {"type": "text", "dy": -12, "fontSize": 11, "color": ink},
+             "mark": {"type": "text", "dy": -12, "color": ink},
              "encoding": {"x": x, "y": y, "text": {"field": "model"}}},
             {"data": {"name": "models"}, "transform": [{"filter": f"datum.origin == '{origins[1]}'"}],
-             "mark": {"type": "text", "align": "right", "dx": -14, "fontSize": 12, "fontWeight": "bold", "color": ink},
+             "mark": {"type": "text", "align": "right", "dx": -14, "fontWeight": "bold", "color": ink},
              "encoding": {"x": x, "y": y, "text": {"field": "model"}}},
         ],
         "usermeta": _meta("overview_frontier"),
@@ -179,7 +180,7 @@ def growth_spec(df: pd.DataFrame, theme_type: str | None = None, columns: int = 
         "$schema": SCHEMA,
         "datasets": {"growth": pd.DataFrame(rows)}, "data": {"name": "growth"},
         "facet": {"field": "panel", "type": "nominal", "sort": {"field": "order", "op": "min"}, "title": None,
-                  "header": {"labelExpr": "split(datum.value, '|')", "labelFontSize": 11, "labelFontWeight": "bold"}},
+                  "header": {"labelExpr": "split(datum.value, '|')", "labelFontWeight": "bold"}},
         "columns": columns,
         "spec": {"width": 150, "height": 110, "layer": [
             {"mark": {"type": "bar"},
@@ -190,12 +191,12 @@ def growth_spec(df: pd.DataFrame, theme_type: str | None = None, columns: int = 
                           "tooltip": [{"field": "metric"}, {"field": "model"},
                                       {"field": "value", "type": "quantitative", "format": ",.4~g"},
                                       {"field": "origin"}]}},
-            {"mark": {"type": "text", "baseline": "bottom", "dy": -2, "fontSize": 11, "color": theme.ink(theme_type)},
+            {"mark": {"type": "text", "baseline": "bottom", "dy": -2, "color": theme.ink(theme_type)},
              "encoding": {"x": {"field": "model", "type": "nominal"},
                           "y": {"field": "value", "type": "quantitative"}, "text": {"field": "text"}}},
         ]},
         "resolve": {"scale": {"y": "independent"}},
-        "config": {"view": {"stroke": None}},
+        "config": {"view": {"stroke": None}, "header": {"labelFontSize": 11}},   # presenter mode enlarges it
         "usermeta": _meta("overview_growth"),
     }
 
