@@ -35,6 +35,10 @@ def test_layer_stack_has_every_layer_and_block():
     assert list(blocks["label"]) == [f"block {b}" for b in range(1, 9)]
     assert (blocks["end"] - blocks["start"]).tolist() == [12] * 7 + [9]      # blocks tile the 93 layers
     assert blocks["start"].iloc[0] == -0.5 and blocks["end"].iloc[-1] == 92.5
+    # the squares' colour has its legend: no other layer shares the colour channel (a shared channel merges
+    # the scales, and the shading's legend=None then hid the legend)
+    colour_layers = [layer for layer in spec["layer"] if "color" in layer["encoding"]]
+    assert len(colour_layers) == 1 and colour_layers[0]["encoding"]["color"]["legend"]
 
 
 def test_frontier_table_sources_and_computed_k3():

@@ -46,7 +46,7 @@ def stack_spec(stack: pd.DataFrame, n_blocks: int, theme_type: str | None = None
     y = {"field": "row", "type": "nominal", "title": None, "sort": list(ROWS),
          "scale": {"domain": list(ROWS), "paddingOuter": 0.6}, "axis": {"ticks": False, "domain": False}}
     return {
-        "$schema": SCHEMA, "width": "container", "height": 150,
+        "$schema": SCHEMA, "width": "container", "height": 215,
         "datasets": {"squares": squares, "blocks": blocks},
         # text marks take their size from the config's "text" (presenter mode enlarges it)
         "layer": [
@@ -54,7 +54,7 @@ def stack_spec(stack: pd.DataFrame, n_blocks: int, theme_type: str | None = None
              "encoding": {"x": {"field": "start", "type": "quantitative", "scale": x["scale"], "axis": x["axis"],
                                 "title": x["title"]},
                           "x2": {"field": "end"},
-                          "color": {"field": "fill", "type": "nominal", "legend": None, "scale": None}}},
+                          "fill": {"field": "fill", "type": "nominal", "legend": None, "scale": None}}},
             {"data": {"name": "blocks"}, "mark": {"type": "text", "baseline": "bottom", "dy": -4,
                                                   "color": theme.ink(theme_type), "y": 0},
              "encoding": {"x": {"field": "middle", "type": "quantitative", "scale": x["scale"]},
