@@ -9,7 +9,7 @@ import torch
 
 from app.balance import (LABELS, METHODS, Scores, Setup, aux_loss_step, hist_check, metrics, noise_floor,
                          quantile_balance, sign_story, simulate, weight_check)
-from app.charts.balance import hist_error_figure, load_figure, steps_figure, weights_figure
+from app.charts.balance import hist_error_spec, load_spec, steps_spec, weights_spec
 
 
 def uniform_max_over_mean(m, k, n, reps=4, seed=0):
@@ -75,8 +75,8 @@ def test_histogram_estimate_within_one_bin(n, k, m, skew, bins):
         hc = hist_check(setup, run.biases[step], step)
         assert hc.max_error_bins <= 1.0
         assert hc.bin_width == pytest.approx((np.ptp(run.biases[step]) + 2) / bins)
-    fig = hist_error_figure(hc.exact, hc.hist, hc.bin_width)
-    assert len(fig.data[1].x) == n
+    experts = hist_error_spec(hc.exact, hc.hist, hc.bin_width)["datasets"]["experts"]
+    assert len(experts) == n and experts["error"].max() == pytest.approx(hc.max_error_bins)
 
 
 def test_output_weights_ignore_the_bias():
@@ -88,10 +88,12 @@ def test_output_weights_ignore_the_bias():
     assert wc.max_diff_qb < 1e-12                          # common experts keep their relative weights
     assert wc.max_diff_if_biased > 1e-3                    # which would not hold had they used s + b
     assert wc.max_diff_aux > 1e-4                          # logit offsets move the weights themselves
-    fig = weights_figure(wc.pairs)
     qb_pts = wc.pairs[wc.pairs["method"] == "Quantile Balancing bias"]
     np.testing.assert_allclose(qb_pts["with"], qb_pts["without"], atol=1e-12)
-    assert len(fig.data) == 2 and np.abs(np.asarray(fig.data[1].y)).max() < 1e-12
+    drawn = weights_spec(wc.pairs)["datasets"]["pairs"]
+    assert set(drawn["method"]) == {"Quantile Balancing bias", "Auxiliary-loss offsets"}
+    assert np.abs(drawn.loc[drawn["method"] == "Quantile Balancing bias", "difference"]).max() < 1e-12
+    assert np.abs(drawn.loc[drawn["method"] == "Auxiliary-loss offsets", "difference"]).max() > 1e-4
 
 
 def test_aux_loss_pushes_overloaded_experts_down():
@@ -134,8 +136,15 @@ def test_figures():
     setup = Setup(n_experts=64, top_k=4, tokens=1024, steps=3)
     runs = {m: simulate(setup, m, 0.01 if m == "sign" else 10.0 if m == "aux" else 0.0) for m in METHODS}
     table = pd.concat([metrics(runs[m], setup) for m in METHODS])
-    fig = steps_figure(table, noise_floor(1024, 4, 64))
-    assert len(fig.data) == 3 * len(METHODS)
-    assert {t.name for t in fig.data} == set(LABELS.values())
-    lf = load_figure(runs["qb"].loads[-1], setup.target, "qb", sort=True)
-    assert len(lf.data[0].y) == 64 and list(lf.data[0].y) == sorted(lf.data[0].y, reverse=True)
+    floor = noise_floor(1024, 4, 64)
+    spec = steps_spec(table, floor)
+    assert len(spec["hconcat"]) == 3 and set(spec["datasets"]["steps"]["method"]) == set(LABELS.values())
+    assert len(spec["datasets"]["steps"]) == setup.steps * len(METHODS)
+    assert spec["datasets"]["goal"]["floor"].tolist() == [floor]
+    bars = load_spec(runs["qb"].loads[-1], setup.target, "qb", sort=True)["datasets"]["loads"]
+    assert len(bars) == 64 and list(bars["load"]) == sorted(bars["load"], reverse=True)
+    assert sorted(bars["expert"]) == list(range(64))              # each expert once, whatever the order
+    loads = np.asarray(runs["none"].loads[-1])
+    unsorted = load_spec(loads, setup.target, "none")["datasets"]["loads"]
+    assert ((unsorted["status"] == "no token (dead)") == (loads == 0)).all()
+    assert ((unsorted["status"] == "over the target") == (loads > setup.target)).all()

@@ -12,6 +12,12 @@ from tests.conftest import open_app_page
 open_page = open_app_page
 
 
+def datasets(el):
+    """A Vega-Lite chart element's named datasets as data frames."""
+    import pyarrow as pa
+    return {ds.name: pa.ipc.open_stream(ds.data.data).read_all().to_pandas() for ds in el.proto.datasets}
+
+
 def figures(at):
     return [json.loads(el.proto.spec) for el in at.get("plotly_chart")]
 
@@ -55,14 +61,16 @@ def test_situ_page_clamps_bad_link_values():
 
 def test_balance_page_runs_every_method():
     at = open_page("views/balance.py", {"m": "1024", "steps": "4"})
-    figs = figures(at)
-    steps = figs[0]
-    assert {t["name"] for t in steps["data"]} >= {"Quantile Balancing, exact", "Sign rule (DeepSeek-V3)",
-                                                   "Auxiliary loss", "No balancing", "Quantile Balancing, histogram"}
+    charts = {json.loads(el.proto.spec)["usermeta"]["chart"]: el for el in at.get("vega_lite_chart")}
+    assert set(charts) == {"balance_steps", "balance_load", "balance_hist", "balance_weights"}
+    steps = datasets(charts["balance_steps"])["steps"]
+    assert set(steps["method"]) == {"Quantile Balancing, exact", "Sign rule (DeepSeek-V3)",
+                                    "Auxiliary loss", "No balancing", "Quantile Balancing, histogram"}
+    assert sorted(set(steps["step"])) == [1, 2, 3, 4]
     table = at.dataframe[0].value.set_index("method")
     assert table.loc["Quantile Balancing, exact", "max/mean at last step"] < \
         0.2 * table.loc["No balancing", "max/mean at last step"]
-    assert len(values(figs[1]["data"][0]["y"])) == 896                # one bar per expert
+    assert len(datasets(charts["balance_load"])["loads"]) == 896       # one bar per expert
     checks = at.dataframe[1].value.set_index("check")["max difference"]
     assert checks.iloc[1] < 1e-12 < checks.iloc[2]                    # QB bias: identical weights
     text = " ".join(m.value for m in at.markdown)

@@ -7,7 +7,7 @@ from app import state, ui
 from app.balance import (LABELS, METHODS, SOURCES, Setup, cached_hist_check, cached_noise_floor, cached_runs,
                          cached_sign_story, cached_weight_check, goal_note, live_pool, metrics, sign_rule_details,
                          sign_rule_intuition, steps_to)
-from app.charts.balance import hist_error_figure, load_figure, steps_figure, weights_figure
+from app.charts.balance import hist_error_spec, load_spec, steps_spec, weights_spec
 from model.config import K3Config
 
 EXPERTS = [16, 32, 64, 128, 256, 384, 512, 768, 896]
@@ -89,7 +89,7 @@ table = pd.concat([metrics(runs[mth], setup) for mth in METHODS], ignore_index=T
 floor = cached_noise_floor(m, k, n)
 
 st.subheader("How even is the load, step by step?")
-ui.chart(steps_figure(table, floor),
+ui.vega_chart(steps_spec(table, floor),
          f"Every method sees the same {steps} fresh batches of {m:,} tokens; each batch is routed with the bias "
          "from the batches before it. Left: the busiest expert's load over the mean (1 is perfect). The dotted "
          f"line is the goal, the noise floor ({floor:.2f}, derived): what a perfectly balanced router shows on a fresh "
@@ -123,7 +123,7 @@ def step_sections() -> None:
     sort = view.draw(c3.toggle, "sort", "Sorted", help="Sort the experts by load.")
     load = runs[method].loads[step - 1]
     row = table[(table["method"] == LABELS[method]) & (table["step"] == step)].iloc[0]
-    ui.chart(load_figure(load, setup.target, f"{LABELS[method]}, step {step}: max/mean {row['max/mean']:.2f}, "
+    ui.vega_chart(load_spec(load, setup.target, f"{LABELS[method]}, step {step}: max/mean {row['max/mean']:.2f}, "
                                              f"{int(row['dead'])} experts empty", sort),
              f"One bar per expert: tokens routed to it in batch {step}. Blue: at or under the target q = {setup.target:,.1f}; "
              "orange: over; red: no token at all (a dead expert learns nothing from this batch).",
@@ -149,7 +149,7 @@ def step_sections() -> None:
     # ---- histogram estimator -----------------------------------------------------------------------------
     st.subheader("Exact quantile vs the histogram estimate")
     hc = cached_hist_check(setup, float(gamma), float(aux), step - 1, source, layer)
-    ui.chart(hist_error_figure(hc.exact, hc.hist, hc.bin_width),
+    ui.vega_chart(hist_error_spec(hc.exact, hc.hist, hc.bin_width),
              f"At step {step}, on the histogram method's own batch and bias: the bias each expert needs, from exact "
              f"quantiles (a top-q over all tokens) and from {bins} bins whose counts could be summed across devices "
              f"without gathering the scores. Largest error: {hc.max_error_bins:.2f} bin widths (bin width "
@@ -160,7 +160,7 @@ def step_sections() -> None:
     # ---- output weights ----------------------------------------------------------------------------------
     st.subheader("The bias never changes the output weights")
     wc = cached_weight_check(setup, float(gamma), float(aux), step - 1, source, layer)
-    ui.chart(weights_figure(wc.pairs),
+    ui.vega_chart(weights_spec(wc.pairs),
              f"Batch {step}, routed with and without the QB bias. For the experts a token picks both ways, their "
              "weights (renormalised over those experts) are identical: every blue point sits on the zero line. The "
              "auxiliary loss instead moves the router's logits, so the same experts get different weights (purple).",
