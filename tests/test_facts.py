@@ -5,7 +5,7 @@ import math
 import pytest
 
 from app import balance, glossary, overview, parallel, tour
-from app.charts.balance import steps_figure
+from app.charts.balance import steps_spec
 from app.depth import AFFORDABLE_SOURCE, PAPER, affordability, affordability_note, depth_attention_macs, growth_at, \
     growth_note
 from model.config import K3Config
@@ -138,9 +138,11 @@ def test_balance_chart_draws_only_the_floor_and_the_goal_note_explains_the_numbe
     import pandas as pd
     df = pd.DataFrame({"step": [1, 2], "method": ["x", "x"], "max/mean": [2.0, 1.6], "cv": [0.3, 0.2],
                        "dead": [0, 0]})
-    fig = steps_figure(df, 1.57)
-    assert [a.text for a in fig.layout.annotations if a.text and "1.1" == a.text] == []
-    assert sum(1 for s in fig.layout.shapes if s.type == "line") == 1
+    spec = steps_spec(df, 1.57)
+    rules = [(i, layer) for i, panel in enumerate(spec["hconcat"]) for layer in panel["layer"]
+             if layer["mark"]["type"] == "rule"]
+    assert len(rules) == 1 and rules[0][0] == 0                       # one reference line, on max/mean
+    assert spec["datasets"]["goal"].to_dict("records") == [{"floor": 1.57, "label": "goal: noise floor 1.57"}]
     setup = balance.Setup(n_experts=896, top_k=16, tokens=2048)
     floor = balance.noise_floor(2048, 16, 896)
     note = balance.goal_note(setup, floor)
