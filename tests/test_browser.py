@@ -46,7 +46,7 @@ def test_overview_hover_explains_a_layer(server, page):
     page.goto(server)
     settle(page)
     # the layer stack is Vega-Lite drawn as SVG: one square per layer and row, each described for screen readers
-    squares = page.locator(".vega-embed svg g.mark-symbol path")
+    squares = page.locator(".vega-embed svg g.mark-symbol path[aria-label*='row: ']")    # not the legend's
     assert squares.count() == 2 * 93
     attention = squares.locator("xpath=self::*[contains(@aria-label, 'row: attention')]")
     assert attention.count() == 93

@@ -47,7 +47,7 @@ def presenter_sheet(at) -> bool:
 
 def test_every_chart_has_a_csv_download_and_the_format_switch_reaches_the_toolbar():
     import json
-    at = open_page("views/balance.py", {"m": "1024", "steps": "3"})
+    at = open_page("views/situ.py")                                   # plotly charts: the toolbar's camera
     charts = at.get("plotly_chart")
     downloads = [d for d in at.get("download_button") if "CSV" in d.proto.label]
     assert len(charts) >= 3 and len(downloads) == len(charts)
@@ -55,6 +55,10 @@ def test_every_chart_has_a_csv_download_and_the_format_switch_reaches_the_toolba
     at.segmented_control(key="chart_image_format").set_value("svg").run()
     assert all(json.loads(c.proto.config)["toImageButtonOptions"]["format"] == "svg"
                for c in at.get("plotly_chart"))
+    at = open_page("views/balance.py", {"m": "1024", "steps": "3"})  # Vega-Lite charts: their own menu
+    charts = at.get("vega_lite_chart")
+    downloads = [d for d in at.get("download_button") if "CSV" in d.proto.label]
+    assert len(charts) == 4 and len(downloads) == len(charts) and not at.get("plotly_chart")
 
 
 def test_tour_footer_leads_to_the_next_stop():
