@@ -87,7 +87,7 @@ PRESENTER_VEGA = {"axis": {"labelFontSize": 15, "titleFontSize": 16}, "legend": 
 
 def vega_chart(spec: dict, caption: str, alt: str, key: str, table=None, **kwargs):
     """A Vega-Lite spec (datasets inside it) with a caption and its data as CSV, as ui.chart does for plotly;
-    the image download is in the chart's own menu (where the spec keeps it). `table`: a function giving
+    the image download is the PNG button of the chart's toolbar (Streamlit's, on hover). `table`: a function giving
     the CSV's rows where the datasets are not the numbers (an image). Extra arguments (on_select,
     selection_mode) go to st.vega_lite_chart, whose return value this returns."""
     if st.session_state.get(K_PRESENT):
@@ -96,7 +96,7 @@ def vega_chart(spec: dict, caption: str, alt: str, key: str, table=None, **kwarg
                              alt=alt, **kwargs)
     st.caption(caption)
     _csv_button(table or (lambda: export.spec_frame(spec)), alt, key,
-                "the numbers behind this chart; the chart's own menu (⋯) saves the picture")
+                "the numbers behind this chart; the chart's toolbar (on hover) saves the picture as PNG")
     return out
 
 
@@ -214,8 +214,8 @@ def sidebar_controls() -> None:
         del st.query_params["present"]
     ss.setdefault(K_FORMAT, "png")
     st.segmented_control("Chart downloads", IMAGE_FORMATS, key=K_FORMAT, format_func=str.upper,
-                         help="what the camera button in each chart's toolbar saves; every chart also offers "
-                              "its data as CSV below its caption")
+                         help="what the camera button in a plotly chart's toolbar saves (a Vega-Lite chart's toolbar "
+                              "saves a PNG); every chart also offers its data as CSV below its caption")
 
 
 def glossary_lookup() -> None:
