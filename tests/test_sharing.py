@@ -55,7 +55,7 @@ def test_every_chart_has_a_csv_download_and_the_format_switch_reaches_the_toolba
     at.segmented_control(key="chart_image_format").set_value("svg").run()
     assert all(json.loads(c.proto.config)["toImageButtonOptions"]["format"] == "svg"
                for c in at.get("plotly_chart"))
-    at = open_page("views/balance.py", {"m": "1024", "steps": "3"})  # Vega-Lite charts: their own menu
+    at = open_page("views/balance.py", {"m": "1024", "steps": "3"})  # Vega-Lite charts: Streamlit's toolbar
     charts = at.get("vega_lite_chart")
     downloads = [d for d in at.get("download_button") if "CSV" in d.proto.label]
     assert len(charts) == 4 and len(downloads) == len(charts) and not at.get("plotly_chart")
