@@ -139,3 +139,9 @@ def page(browser):
     pg.js_errors = errors
     yield pg
     ctx.close()
+
+
+def vega_datasets(el) -> dict:
+    """A Vega-Lite chart element of an AppTest: its named datasets as data frames."""
+    import pyarrow as pa
+    return {ds.name: pa.ipc.open_stream(ds.data.data).read_all().to_pandas() for ds in el.proto.datasets}

@@ -5,17 +5,11 @@ import json
 
 import numpy as np
 import pytest
-from tests.conftest import open_app_page
+from tests.conftest import open_app_page, vega_datasets
 
 
 
 open_page = open_app_page
-
-
-def datasets(el):
-    """A Vega-Lite chart element's named datasets as data frames."""
-    import pyarrow as pa
-    return {ds.name: pa.ipc.open_stream(ds.data.data).read_all().to_pandas() for ds in el.proto.datasets}
 
 
 def figures(at):
@@ -63,14 +57,14 @@ def test_balance_page_runs_every_method():
     at = open_page("views/balance.py", {"m": "1024", "steps": "4"})
     charts = {json.loads(el.proto.spec)["usermeta"]["chart"]: el for el in at.get("vega_lite_chart")}
     assert set(charts) == {"balance_steps", "balance_load", "balance_hist", "balance_weights"}
-    steps = datasets(charts["balance_steps"])["steps"]
+    steps = vega_datasets(charts["balance_steps"])["steps"]
     assert set(steps["method"]) == {"Quantile Balancing, exact", "Sign rule (DeepSeek-V3)",
                                     "Auxiliary loss", "No balancing", "Quantile Balancing, histogram"}
     assert sorted(set(steps["step"])) == [1, 2, 3, 4]
     table = at.dataframe[0].value.set_index("method")
     assert table.loc["Quantile Balancing, exact", "max/mean at last step"] < \
         0.2 * table.loc["No balancing", "max/mean at last step"]
-    assert len(datasets(charts["balance_load"])["loads"]) == 896       # one bar per expert
+    assert len(vega_datasets(charts["balance_load"])["loads"]) == 896       # one bar per expert
     checks = at.dataframe[1].value.set_index("check")["max difference"]
     assert checks.iloc[1] < 1e-12 < checks.iloc[2]                    # QB bias: identical weights
     text = " ".join(m.value for m in at.markdown)

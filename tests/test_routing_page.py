@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 from streamlit.testing.v1 import AppTest
+from tests.conftest import vega_datasets
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGE = "views/routing.py"
@@ -27,10 +28,9 @@ def ok(at):
 
 def chart(at, name):
     """A Vega-Lite chart by the name in its usermeta: its named datasets as data frames, or None."""
-    import pyarrow as pa
     for el in at.get("vega_lite_chart"):
         if json.loads(el.proto.spec).get("usermeta", {}).get("chart") == name:
-            return {ds.name: pa.ipc.open_stream(ds.data.data).read_all().to_pandas() for ds in el.proto.datasets}
+            return vega_datasets(el)
     return None
 
 

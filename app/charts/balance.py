@@ -7,8 +7,8 @@ import numpy as np
 import pandas as pd
 
 from app import theme
+from app.charts.vega import SCHEMA, usermeta
 
-SCHEMA = "https://vega.github.io/schema/vega-lite/v5.json"
 COLOURS = {
     "No balancing": theme.OKABE_ITO["grey"],
     "Sign rule (DeepSeek-V3)": theme.OKABE_ITO["vermillion"],
@@ -23,10 +23,6 @@ STEP_PANELS = (("max_mean", "max / mean load (log)"), ("cv", "coefficient of var
 LOAD_STATUS = {"under": ("at or under the target", theme.OKABE_ITO["blue"]),
                "over": ("over the target", theme.OKABE_ITO["orange"]),
                "empty": ("no token (dead)", theme.OKABE_ITO["vermillion"])}
-
-
-def _meta(name: str) -> dict:
-    return {"chart": name, "embedOptions": {"renderer": "canvas"}}
 
 
 def steps_spec(df: pd.DataFrame, floor: float) -> dict:
@@ -69,7 +65,7 @@ def steps_spec(df: pd.DataFrame, floor: float) -> dict:
     return {"$schema": SCHEMA, "datasets": {"steps": data, "goal": pd.DataFrame(
                 {"floor": [float(floor)], "label": [f"goal: noise floor {floor:.2f}"]})},
             "data": {"name": "steps"}, "hconcat": panels,
-            "resolve": {"scale": {"y": "independent"}}, "usermeta": _meta("balance_steps")}
+            "resolve": {"scale": {"y": "independent"}}, "usermeta": usermeta("balance_steps")}
 
 
 def load_spec(load: np.ndarray, target: float, title: str, sort: bool = False) -> dict:
@@ -102,7 +98,7 @@ def load_spec(load: np.ndarray, target: float, title: str, sort: bool = False) -
              "encoding": {"y": {"field": "target", "type": "quantitative"},
                           "tooltip": [{"field": "target", "type": "quantitative", "title": "target q = m·k/n", "format": ",.1f"}]}},
         ],
-        "usermeta": _meta("balance_load"),
+        "usermeta": usermeta("balance_load"),
     }
 
 
@@ -136,7 +132,7 @@ def hist_error_spec(exact: np.ndarray, hist: np.ndarray, bin_width: float) -> di
          "encoding": {"x": {"field": "x", "type": "quantitative"}, "text": {"value": "one bin"}}}]}
     return {"$schema": SCHEMA,
             "datasets": {"experts": points, "diagonal": pd.DataFrame({"v": [lo, hi]}), "one_bin": pd.DataFrame({"x": [1.0]})},
-            "hconcat": [left, right], "usermeta": _meta("balance_hist")}
+            "hconcat": [left, right], "usermeta": usermeta("balance_hist")}
 
 
 WEIGHT_METHODS = (("Auxiliary-loss offsets", theme.OKABE_ITO["purple"]),
@@ -170,5 +166,5 @@ def weights_spec(pairs: pd.DataFrame) -> dict:
                                       {"field": "with", "type": "quantitative", "format": ".5f"},
                                       {"field": "difference", "type": "quantitative", "format": ".2e"}]}},
         ],
-        "usermeta": _meta("balance_weights"),
+        "usermeta": usermeta("balance_weights"),
     }

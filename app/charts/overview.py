@@ -7,18 +7,14 @@ import numpy as np
 import pandas as pd
 
 from app import theme
+from app.charts.vega import SCHEMA, usermeta
 
-SCHEMA = "https://vega.github.io/schema/vega-lite/v5.json"
 ATTENTION_NAMES = {"KDA": "Kimi Delta Attention", "MLA": "gated MLA"}
 FFN_NAMES = {"dense": "dense FFN", "MoE": "LatentMoE FFN"}
 ROWS = ("attention", "FFN")
 # A five-pointed star (Vega has no star symbol): K3's point on the frontier chart, as on the plotly original.
 STAR = ("M0,-1L0.2245,-0.309L0.9511,-0.309L0.3633,0.118L0.5878,0.809L0,0.382L-0.5878,0.809L-0.3633,0.118"
         "L-0.9511,-0.309L-0.2245,-0.309Z")
-
-
-def _meta(name: str, renderer: str = "canvas") -> dict:
-    return {"chart": name, "embedOptions": {"renderer": renderer}}
 
 
 def stack_spec(stack: pd.DataFrame, n_blocks: int, theme_type: str | None = None) -> dict:
@@ -70,7 +66,7 @@ def stack_spec(stack: pd.DataFrame, n_blocks: int, theme_type: str | None = None
                                       {"field": "block_detail", "title": "AttnRes block"}]}},
         ],
         "config": {"view": {"stroke": None}},
-        "usermeta": _meta("overview_stack", "svg"),
+        "usermeta": usermeta("overview_stack", "svg"),
     }
 
 
@@ -102,7 +98,7 @@ def breakdown_spec(df: pd.DataFrame, which: str = "total", theme_type: str | Non
             {"mark": {"type": "text", "align": "left", "dx": 4, "color": theme.ink(theme_type)},
              "encoding": {"x": x, "y": y, "text": {"field": "label"}}},
         ],
-        "usermeta": _meta("overview_breakdown"),
+        "usermeta": usermeta("overview_breakdown"),
     }
 
 
@@ -164,7 +160,7 @@ def frontier_spec(df: pd.DataFrame, theme_type: str | None = None) -> dict:
              "mark": {"type": "text", "align": "right", "dx": -14, "fontWeight": "bold", "color": ink},
              "encoding": {"x": x, "y": y, "text": {"field": "model"}}},
         ],
-        "usermeta": _meta("overview_frontier"),
+        "usermeta": usermeta("overview_frontier"),
     }
 
 
@@ -197,7 +193,7 @@ def growth_spec(df: pd.DataFrame, theme_type: str | None = None, columns: int = 
         ]},
         "resolve": {"scale": {"y": "independent"}},
         "config": {"view": {"stroke": None}, "header": {"labelFontSize": 11}},   # presenter mode enlarges it
-        "usermeta": _meta("overview_growth"),
+        "usermeta": usermeta("overview_growth"),
     }
 
 
