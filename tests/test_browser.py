@@ -16,7 +16,7 @@ def test_page_renders_without_exception(server, page, spec, shot_dir):
     settle(page)
     page.wait_for_selector("h1", timeout=30_000)
     assert page.locator('[data-testid="stException"]').count() == 0
-    assert page.locator(".js-plotly-plot").count() >= 1 or "chart" not in spec.title.lower()
+    assert page.locator(".js-plotly-plot, .vega-embed").count() >= 1 or "chart" not in spec.title.lower()
     page.screenshot(path=str(shot_dir / f"{spec.url_path}.png"))
     assert not page.js_errors, page.js_errors
 

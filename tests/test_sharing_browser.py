@@ -52,5 +52,5 @@ def test_presenter_mode_hides_controls_and_enlarges_type(server, page, shot_dir)
     big = page.evaluate("parseFloat(getComputedStyle(document.querySelector('h1')).fontSize)")
     assert big > 1.2 * normal
     assert not page.locator('[data-testid="stMain"] [data-testid="stSlider"]').first.is_visible()
-    assert page.locator(".js-plotly-plot").count() >= 1
+    assert page.locator(".js-plotly-plot, .vega-embed").count() >= 1
     page.screenshot(path=str(shot_dir / "presenter-situ.png"))

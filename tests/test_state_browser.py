@@ -116,7 +116,13 @@ def test_presenter_mode_draws_every_chart_with_its_traces(server, browser, schem
             return {width: c.getBoundingClientRect().width, inked}; })""")
         for i, c in enumerate(canvases):
             assert c["width"] > 200 and c["inked"] > 50, (path, i, c)
-        assert plots or canvases, path
+        # ... or as SVG: marks drawn inside the chart's mark groups
+        svgs = page.evaluate("""[...document.querySelectorAll('.vega-embed svg.marks')].map(s => ({
+            width: s.getBoundingClientRect().width,
+            marks: s.querySelectorAll('g[class*="mark-"] path, g[class*="mark-"] rect, g[class*="mark-"] line').length}))""")
+        for i, s in enumerate(svgs):
+            assert s["width"] > 200 and s["marks"] > 0, (path, i, s)
+        assert plots or canvases or svgs, path
         if path.startswith("routing"):                          # grid, predictions, linked view, fingerprint
             assert len(canvases) >= 4, path
         assert page.locator('[data-testid="stMain"] [data-testid="stSlider"]').count() == 0 or \
