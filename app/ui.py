@@ -6,8 +6,7 @@ import streamlit as st
 
 from app import export, state
 
-IMAGE_FORMATS = ("png", "svg")
-K_FORMAT, K_PRESENT = "chart_image_format", "presenter_mode"
+K_PRESENT = "presenter_mode"
 K_PAGE = state.K_PAGE              # the page of this run (streamlit_app.py), for the guided tour
 
 # ---- the prompt and the token: one owner each, shared by every page ---------------------------------------
@@ -57,42 +56,45 @@ def tour_footer(url_path: str) -> None:
                      f"{first.title}", icon=":material/replay:")
 
 
-def plotly_config(image_format: str = "png") -> dict:
-    """The modebar's camera button downloads the chart as PNG (2x) or SVG, as the sidebar says."""
-    fmt = image_format if image_format in IMAGE_FORMATS else "png"
-    return {"displaylogo": False, "toImageButtonOptions": {"format": fmt, "scale": 2 if fmt == "png" else 1}}
-
-
-def chart(fig, caption: str, alt: str, key: str | None = None, **kwargs):
-    """A plotly figure in the theme's colours, with a caption saying what to look at and its data as CSV.
-    The image download (PNG or SVG) is the camera button of the chart's toolbar. In presenter mode the
-    figure (a copy: figures may be cached and shared) gets larger type and more height."""
-    ss = st.session_state
-    if ss.get(K_PRESENT):
-        import plotly.graph_objects as go
-        fig = go.Figure(fig)
-        height = fig.layout.height or 450
-        fig.update_layout(font_size=max(17, (fig.layout.font.size or 12) + 4), height=int(max(height * 1.35, 560)))
-    out = st.plotly_chart(fig, config=plotly_config(ss.get(K_FORMAT, "png")), alt=alt, key=key, **kwargs)
-    st.caption(caption)
-    _csv_button(lambda: export.figure_frame(fig), alt, key,
-                "the numbers behind this chart; the camera in the chart's toolbar saves the picture")
-    return out
-
-
-# Presenter mode's larger type for a Vega-Lite chart (ui.chart gives plotly figures the same).
+# Presenter mode's larger type for a Vega-Lite chart.
 PRESENTER_VEGA = {"axis": {"labelFontSize": 15, "titleFontSize": 16}, "legend": {"labelFontSize": 15, "titleFontSize": 15},
                   "title": {"fontSize": 18}, "text": {"fontSize": 14}, "header": {"labelFontSize": 16}}
 
 
+def presenter_spec(spec: dict) -> dict:
+    """A copy of a Vega-Lite spec for presenter mode: PRESENTER_VEGA's larger type merged into the spec's own
+    config one level down (a spec's own axis or title settings are kept), and, for a chart that stretches to
+    the column's width, its height 1.35x, as plotly charts once did (a fixed-size chart such as the expert
+    grid keeps its proportions). Specs may be cached and shared: the input is not changed."""
+    config = dict(spec.get("config", {}))
+    for part, values in PRESENTER_VEGA.items():
+        config[part] = config.get(part, {}) | values
+    out = spec | {"config": config}
+    if spec.get("width") == "container" and isinstance(spec.get("height"), (int, float)):
+        out["height"] = int(spec["height"] * 1.35)
+    if "vconcat" in spec:                                            # stacked panels: each stretching one grows
+        out["vconcat"] = [p | {"height": int(p["height"] * 1.35)} if stretches(p) and isinstance(p.get("height"), (int, float))
+                          else p for p in spec["vconcat"]]
+    return out
+
+
+def stretches(spec: dict) -> bool:
+    """Whether a Vega-Lite chart fills the column's width: its width is "container", or it is a stack of panels
+    that all are (Streamlit then sets the stack's width and each panel's)."""
+    if spec.get("width") == "container":
+        return True
+    panels = spec.get("vconcat")
+    return bool(panels) and all(isinstance(p, dict) and p.get("width") == "container" for p in panels)
+
+
 def vega_chart(spec: dict, caption: str, alt: str, key: str, table=None, **kwargs):
-    """A Vega-Lite spec (datasets inside it) with a caption and its data as CSV, as ui.chart does for plotly;
+    """A Vega-Lite spec (datasets inside it) with a caption and its data as CSV;
     the image download is the PNG button of the chart's toolbar (Streamlit's, on hover). `table`: a function giving
     the CSV's rows where the datasets are not the numbers (an image). Extra arguments (on_select,
     selection_mode) go to st.vega_lite_chart, whose return value this returns."""
     if st.session_state.get(K_PRESENT):
-        spec = spec | {"config": spec.get("config", {}) | PRESENTER_VEGA}
-    out = st.vega_lite_chart(spec, width="stretch" if spec.get("width") == "container" else "content", key=key,
+        spec = presenter_spec(spec)
+    out = st.vega_lite_chart(spec, width="stretch" if stretches(spec) else "content", key=key,
                              alt=alt, **kwargs)
     st.caption(caption)
     _csv_button(table or (lambda: export.spec_frame(spec)), alt, key,
@@ -162,7 +164,7 @@ def token_index(view: state.View, ids, widget, label: str, *args, **kwargs) -> i
 _TRUE = {"1", "true", "on", "yes"}
 
 # Presenter mode: static CSS written by us (no user text). Large type, the page's controls hidden (the
-# link already fixed the view). Charts are made taller by ui.chart itself (a figure height), never by
+# link already fixed the view). Charts are made taller by ui.presenter_spec (a figure height), never by
 # restyling plotly's container: plotly measures that container, and a flex or min-height box around it
 # drew charts without their axes and legends.
 PRESENTER_CSS = """
@@ -198,7 +200,7 @@ def presenter_style() -> None:
 
 
 def sidebar_controls() -> None:
-    """Presenter mode (link flag `present=1`) and the image format of chart downloads. Call before
+    """Presenter mode (link flag `present=1`). Call before
     the page runs, inside `with st.sidebar`."""
     ss = st.session_state
     if K_PRESENT not in ss:
@@ -212,10 +214,6 @@ def sidebar_controls() -> None:
             st.query_params["present"] = "1"
     elif "present" in st.query_params:
         del st.query_params["present"]
-    ss.setdefault(K_FORMAT, "png")
-    st.segmented_control("Chart downloads", IMAGE_FORMATS, key=K_FORMAT, format_func=str.upper,
-                         help="what the camera button in a plotly chart's toolbar saves (a Vega-Lite chart's toolbar "
-                              "saves a PNG); every chart also offers its data as CSV below its caption")
 
 
 def glossary_lookup() -> None:

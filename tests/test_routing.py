@@ -248,10 +248,11 @@ def test_predictions_spec_keeps_both_panels_on_one_scale():
     other = predictions_spec(after, before, ["x"] * 3, ["y", "z", "w"])
     assert spec_without_data(s) == spec_without_data(other)
     # the panel titles' size lives in the config alone (a facet's own header would override it), so presenter
-    # mode's config, merged the way ui.vega_chart merges it, enlarges them
-    from app.ui import PRESENTER_VEGA
+    # mode's config (ui.presenter_spec, what ui.vega_chart draws in presenter mode) enlarges them
+    from app.ui import presenter_spec
     assert "header" not in s["facet"]["column"]
-    assert (s["config"] | PRESENTER_VEGA)["header"]["labelFontSize"] > s["config"]["header"]["labelFontSize"]
+    big = presenter_spec(s)
+    assert big["config"]["header"]["labelFontSize"] > s["config"]["header"]["labelFontSize"]
 
 
 def test_fingerprint_image_encodes_probability_and_choice_per_pixel():

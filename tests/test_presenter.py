@@ -1,0 +1,36 @@
+"""Presenter mode's version of a Vega-Lite chart (app.ui.presenter_spec): larger type, the spec's own settings kept."""
+import copy
+
+from app.ui import PRESENTER_VEGA, presenter_spec
+
+
+def test_presenter_type_is_merged_into_the_specs_own_config():
+    spec = {"width": "container", "height": 300, "mark": "bar",
+            "config": {"axis": {"labelAngle": 0, "labelFontSize": 11}, "title": {"fontWeight": "normal"}}}
+    before = copy.deepcopy(spec)
+    big = presenter_spec(spec)
+    assert spec == before                                           # cached specs are shared: never changed
+    assert big["config"]["axis"] == {"labelAngle": 0, "labelFontSize": 15, "titleFontSize": 16}
+    assert big["config"]["title"] == {"fontWeight": "normal", "fontSize": 18}
+    assert big["config"]["legend"]["labelFontSize"] > 11 and big["config"]["text"]["fontSize"] >= 14
+    assert set(PRESENTER_VEGA) <= set(big["config"])
+    assert big["height"] == 405                                     # 1.35x, as plotly charts grow
+
+
+def test_a_fixed_size_chart_keeps_its_proportions():
+    grid = {"width": 560, "height": 640, "mark": "square"}
+    big = presenter_spec(grid)
+    assert (big["width"], big["height"]) == (560, 640)
+    assert big["config"]["axis"]["labelFontSize"] == 15
+    assert "config" not in grid
+
+
+def test_stacked_panels_that_stretch_grow_each():
+    stack = {"vconcat": [{"width": "container", "height": 200, "mark": "line"},
+                         {"width": "container", "height": 100, "mark": "line"}]}
+    big = presenter_spec(stack)
+    assert [p["height"] for p in big["vconcat"]] == [270, 135]
+    assert [p["height"] for p in stack["vconcat"]] == [200, 100]
+    from app.ui import stretches
+    assert stretches(stack) and stretches({"width": "container"})
+    assert not stretches({"vconcat": [{"width": "container"}, {"width": 300}]}) and not stretches({"width": 400})
