@@ -367,16 +367,17 @@ def k3_bytes_summary(cfg: K3Config | None = None) -> dict:
 
 # ---- cached wrappers for the page -----------------------------------------------------------------
 
-@st.cache_resource(max_entries=4, show_spinner=False)
-def cached_figure(name: str):
-    """Figures that depend on nothing the person chooses, built once per process (st.plotly_chart only
-    reads them, so sharing is safe)."""
+@st.cache_resource(max_entries=8, show_spinner=False)
+def cached_spec(name: str, theme_type: str | None = None) -> dict:
+    """Vega-Lite specs that depend on nothing the person chooses (but the theme, which colours their
+    text), built once per process: ui.vega_chart and st.vega_lite_chart copy a spec before changing it,
+    so sharing is safe."""
     from app.charts import quant_lab as charts
     if name == "grids":
-        return charts.grids_figure(grid_frame("e2m1"), grid_frame("e4m3"))
+        return charts.grids_spec(grid_frame("e2m1"), grid_frame("e4m3"), theme_type)
     if name == "k3_bytes":
-        return charts.k3_bytes_figure(k3_bytes_table())
-    raise ValueError(f"no figure named {name}")
+        return charts.k3_bytes_spec(k3_bytes_table(), theme_type)
+    raise ValueError(f"no chart named {name}")
 
 
 @st.cache_data(max_entries=128, show_spinner=False)

@@ -2,6 +2,7 @@
 against ARCHITECTURE.md section 7's worked examples, layer scales and errors, and behaviour metrics
 from real forward passes of small models (change the quantisation and the numbers change)."""
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 
@@ -157,15 +158,127 @@ def test_k3_bytes_table_and_summary():
     assert s["bf16"] / s["k3"] == pytest.approx(5559.0 / 1559.9, rel=1e-3)
 
 
-def test_figures_build():
-    g = charts.grids_figure(ql.grid_frame("e2m1"), ql.grid_frame("e4m3"))
-    assert g.layout.xaxis2.type == "log" and len(g.data) >= 4
-    steps = ql.explain_block(ql.EXAMPLES["e2m1"][0], "e2m1")
-    f = charts.block_figure(ql.block_table(steps), steps.X, np.array(E2M1))
-    assert {t.name for t in f.data} >= {"before: V", "after: X · P"}
+# ---- the Vega-Lite specs (app/charts/quant_lab.py) -----------------------------------------------------
+
+def layers_of(spec):
+    return spec.get("layer") or [spec]
+
+
+def test_grids_spec_shows_every_value_with_its_bits():
+    spec = charts.grids_spec(ql.grid_frame("e2m1"), ql.grid_frame("e4m3"), "dark")
+    assert spec["usermeta"]["chart"] == "quant_grids"
+    small, wide = spec["datasets"]["e2m1"], spec["datasets"]["e4m3"]
+    # 15 distinct E2M1 values: ±0.5 ... ±6 and one 0 (the 16th code, -0, is the same value)
+    assert sorted(small["value"]) == sorted([-v for v in E2M1[1:]] + E2M1)
+    bits = dict(zip(small["value"], small["bits"]))
+    assert bits[-6] == "1 11 1" and bits[6] == "0 11 1" and bits[-0.5] == "1 00 1" and bits[0] == "0 00 0"
+    assert dict(zip(small["value"], small["kind"]))[0.5] == "subnormal"
+    assert small.set_index("value").loc[-1.5, "label"] == "-1.5"
+    # E4M3: the 126 positive values (127 non-negative, minus zero), 2^-9 to 448, log axis
+    assert len(wide) == 126 and wide["value"].min() == 2.0 ** -9 and wide["value"].max() == 448
+    nxt = dict(zip(wide["value"], wide["next"]))
+    assert nxt[1.0] == "12.5% higher" and nxt[1.875] == "6.7% higher"       # 1 -> 1.125; 1.875 -> 2
+    assert nxt[448.0].startswith("none")
+    top, bottom = spec["vconcat"]
+    x = bottom["encoding"]["x"]
+    assert x["scale"]["type"] == "log" and x["scale"]["domain"][1] == 600
+    assert x["axis"]["values"][0] == 2.0 ** -9 and x["axis"]["values"][-1] == 448
+    assert "'2⁻⁹'" in x["axis"]["labelExpr"] and "'448'" in x["axis"]["labelExpr"]
+    assert top["layer"][0]["encoding"]["x"]["scale"]["domain"] == [-6.8, 6.8]
+    colour = bottom["encoding"]["color"]["scale"]
+    assert dict(zip(colour["domain"], colour["range"])) == {"zero": "#999999", "subnormal": "#CC79A7",
+                                                            "normal": "#0072B2"}
+    assert top["layer"][1]["mark"]["color"] == "#fafafa"                  # value labels readable in dark mode
+    assert "bits" in {t["field"] for t in bottom["encoding"]["tooltip"]}
+
+
+def test_block_spec_of_the_worked_example():
+    values, X, want = ql.EXAMPLES["e2m1"]
+    steps = ql.explain_block(values, "e2m1")
+    spec = charts.block_spec(ql.block_table(steps), steps.X, np.array(E2M1))
+    points = spec["datasets"]["values"]
+    after = points[points["series"] == "after: X · P"].sort_values("element")
+    before = points[points["series"] == "before: V"].sort_values("element")
+    assert after["value"].tolist() == want and before["value"].tolist() == values     # ARCHITECTURE.md section 7
+    assert after["V"].tolist() == values                                 # the tooltip shows both ends
+    # the 15 levels X·P a block with X = 1 can take
+    assert sorted(spec["datasets"]["levels"]["level"]) == sorted([-v for v in E2M1[1:]] + E2M1)
+    rule = layers_of(spec)[0]
+    assert rule["mark"]["type"] == "rule" and rule["mark"]["strokeDash"]          # "dotted lines" in the caption
+    segment, dots = layers_of(spec)[1], layers_of(spec)[2]
+    assert segment["mark"]["type"] == "rule" and segment["encoding"]["y2"]["field"] == "XP"
+    shapes = dots["encoding"]["shape"]["scale"]
+    assert dict(zip(shapes["domain"], shapes["range"])) == {"before: V": "circle", "after: X · P": "diamond"}
+    strokes = dots["encoding"]["stroke"]["scale"]
+    assert dict(zip(strokes["domain"], strokes["range"]))["after: X · P"] == "#D55E00"     # red diamonds
+    # MXFP8 has no level lines (255 of them would hide the points)
+    s8 = ql.explain_block(ql.EXAMPLES["e4m3"][0], "e4m3")
+    spec8 = charts.block_spec(ql.block_table(s8), s8.X)
+    assert "levels" not in spec8["datasets"] and len(layers_of(spec8)) == 2
+    assert sorted(spec8["datasets"]["values"].query("series == 'after: X · P'")["value"]) == \
+        sorted(ql.EXAMPLES["e4m3"][2])
+
+
+def test_scales_spec_counts_every_block():
     model = wide_micro()
-    assert len(charts.scales_figure(ql.layer_scale_exponents(model, 1)).data) == 3
+    spec = charts.scales_spec(ql.layer_scale_exponents(model, 1))
+    d = spec["datasets"]["scales"]
+    assert d.groupby("matrix")["blocks"].sum().to_dict() == {m: 16 * 4 for m in ql.MATRICES}   # 16 experts x 4
+    # the exponents of blocks sized 2^-3 .. 2^3 apart: a contiguous axis, one bar per matrix in each group
+    bars = layers_of(spec)[0]["encoding"]
+    domain = bars["x"]["scale"]["domain"]
+    assert domain == list(range(min(domain), max(domain) + 1)) and set(d["exponent"]) <= set(domain)
+    assert bars["xOffset"]["field"] == "matrix" and bars["y"]["field"] == "blocks"
+    assert dict(zip(bars["color"]["scale"]["domain"], bars["color"]["scale"]["range"])) == \
+        {"w_gate": "#0072B2", "w_up": "#E69F00", "w_down": "#009E73"}
+    row = d.iloc[0]
+    assert row["X"].startswith("2") and float(row["X"].split("= ")[1]) == 2.0 ** row["exponent"]
+
+
+def test_errors_spec_labels_exact_rows():
+    model = wide_micro()
     e = ql.layer_errors(model, 1)
     cols = ["MXFP4, blocks of 32", "MXFP4, blocks of 128", "MXFP8, blocks of 32"]
-    assert len(charts.errors_figure(e, cols).data) == 3
-    assert len(charts.k3_bytes_figure(ql.k3_bytes_table()).data) == 2
+    spec = charts.errors_spec(e, cols)
+    d = spec["datasets"]["errors"]
+    assert len(d) == 3 * len(e)
+    routed = d[d["stored as"] == "MXFP4"]
+    exact = routed[routed["format"] != "MXFP4, blocks of 128"]
+    assert len(exact) == 6 and (exact["text"] == "0 (exact)").all() and (exact["percent"] == 0).all()
+    router = d[(d["tensor"] == "router") & (d["format"] == "MXFP4, blocks of 32")].iloc[0]
+    assert router["percent"] == pytest.approx(100 * e.set_index("tensor").loc["router", cols[0]])
+    assert router["text"] == f"{router['percent']:.2f}%" and router["matrix"] == "router (bf16)"
+    bars = layers_of(spec)[0]["encoding"]
+    assert bars["y"]["sort"][0] == f"{e['tensor'].iloc[0]} ({e['stored as'].iloc[0]})"   # the layer's order
+    assert bars["yOffset"]["field"] == "format" and bars["color"]["scale"]["domain"] == cols
+    assert bars["x"]["scale"]["domain"][1] == pytest.approx(1.3 * 100 * e[cols].to_numpy().max())
+
+
+def test_behaviour_spec_in_percent():
+    per_layer = {"prompt": pd.DataFrame({"layer": [1, 2, 3], "changed": [0.0, 0.25, 0.5]}),
+                 "held-out": pd.DataFrame({"layer": [1, 2, 3], "changed": [0.125, 0.125, 1.0]})}
+    spec = charts.behaviour_spec(per_layer, 16)
+    d = spec["datasets"]["behaviour"]
+    assert d[d["text"] == "prompt"]["changed"].tolist() == [0, 25, 50]
+    assert d[d["text"] == "held-out"]["changed"].tolist() == [12.5, 12.5, 100]
+    enc = spec["encoding"]
+    assert enc["y"]["title"] == "top-16 choices changed (%)" and enc["y"]["scale"]["zero"]
+    assert enc["color"]["scale"]["domain"] == ["prompt", "held-out"]
+    assert spec["mark"]["type"] == "line" and spec["mark"]["point"]
+
+
+def test_k3_bytes_spec_in_terabytes():
+    spec = charts.k3_bytes_spec(ql.k3_bytes_table(), "light")
+    d = spec["datasets"]["bytes"].set_index(["bar", "part"])
+    routed_bf16 = d.loc[("all in bf16", "routed experts")]
+    routed_k3 = d.loc[("K3: routed experts MXFP4, rest bf16", "routed experts")]
+    # 2,722.74B routed-expert values: 2 bytes each in bf16, 4.25 bits in MXFP4 (the accounting, K3 report)
+    assert routed_bf16["TB"] == pytest.approx(2722.74e9 * 2 / 1e12, rel=1e-5)
+    assert routed_k3["TB"] == pytest.approx(2722.74e9 * 4.25 / 8 / 1e12, rel=1e-5)
+    assert routed_k3["text"] == "1.45 TB" and routed_bf16["text"] == "5.45 TB"
+    rest = d.loc[("K3: routed experts MXFP4, rest bf16", "everything else (bf16)")]
+    assert rest["start"] == routed_k3["end"] and rest["text"] == "113 GB"      # stacked after the experts
+    # the bars end at the totals: 5,559.0 GB and 1,559.9 GB
+    assert d.loc[("all in bf16", "everything else (bf16)"), "end"] == pytest.approx(5.5590, abs=1e-4)
+    assert rest["end"] == pytest.approx(1.5599, abs=1e-4)
+    assert spec["layer"][0]["encoding"]["x"]["scale"]["domain"][1] == pytest.approx(5.5590 * 1.12, abs=1e-3)

@@ -6,9 +6,9 @@ import streamlit as st
 from app import live as lv_mod
 from app import state, ui
 from app.text import fmt_bytes
-from app.charts.quant_lab import behaviour_figure, block_figure, errors_figure, scales_figure, superscript
+from app.charts.quant_lab import behaviour_spec, block_spec, errors_spec, scales_spec, superscript
 from app.quant_lab import (BLOCK, COARSE_BLOCK, FORMAT_NAMES, HELDOUT_CHUNK, HELDOUT_ROWS, MATRICES, SOURCES, VARIANT_HOW,
-                           VARIANTS, EXAMPLES, block_table, blocks_per_tensor, cached_figure, cached_heldout_comparison,
+                           VARIANTS, EXAMPLES, block_table, blocks_per_tensor, cached_heldout_comparison, cached_spec,
                            cached_layer_errors, cached_layer_scales, cached_prompt_comparison, e2m1_codes, explain_block,
                            GB_COLUMNS, k3_bytes_summary, k3_gb_table, weight_block)
 from app.text import fmt_params
@@ -44,22 +44,24 @@ ui.page_header(
 lv = lv_mod.live()
 lv_mod.banner(lv)
 model, cfg = lv.model, lv.model.cfg
+theme_type = st.context.theme.type
 
 # ---- the grids -------------------------------------------------------------------------------------
 st.subheader("Two tiny number formats")
 st.latex(r"X = 2^{\lfloor \log_2 \max_i |V_i| \rfloor - e_{\max}}, \qquad P_i = \mathrm{round}_{\text{grid}}(V_i / X), "
          r"\qquad \hat V_i = X \cdot P_i")
-ui.chart(cached_figure("grids"),
-         "E2M1 has only 15 distinct values (±0, ±0.5 … ±6; the 16th code is −0): halfway between 4 and 6 there is "
-         "nothing. E4M3 has 8 values in every power of two from 2⁻⁶ up to 448 (plus 8 subnormals below), so its "
-         "relative step stays between 6% and 13%. Hover a tick for its bit pattern. Computed: "
-         "model.quant.element_grid (OCP Microscaling v1.0, Table 1).",
-         alt="Two strip plots: the 15 E2M1 values on a linear axis, and the positive E4M3 values on a log axis.",
-         key="quant_grids")
+ui.vega_chart(cached_spec("grids", theme_type),
+              "E2M1 has only 15 distinct values (±0, ±0.5 … ±6; the 16th code is −0): halfway between 4 and 6 there is "
+              "nothing. E4M3 has 8 values in every power of two from 2⁻⁶ up to 448 (plus 8 subnormals below), so its "
+              "relative step stays between 6% and 13%. Hover a tick for its bit pattern. Computed: "
+              "model.quant.element_grid (OCP Microscaling v1.0, Table 1).",
+              alt="Two strip plots: the 15 E2M1 values on a linear axis, and the positive E4M3 values on a log axis.",
+              key="quant_grids")
 
 # ---- one block -------------------------------------------------------------------------------------
 @st.fragment
 def block_sections() -> None:
+    theme_type = st.context.theme.type          # read here: a fragment's rerun does not rerun the page
     st.subheader("How a block of 32 picks its scale")
     c1, c2 = st.columns([3, 2])
     source = view.draw(c1.segmented_control, "source", "Block from", list(SOURCES), format_func=SOURCES.get)
@@ -109,9 +111,9 @@ def block_sections() -> None:
            f"Mean |error| {np.abs(steps.error).mean():.3g}, largest {np.abs(steps.error).max():.3g} "
            f"(relative to amax: {np.abs(steps.error).max() / max(steps.amax, 1e-30):.1%}). Small values are hit "
            f"hardest: anything below X × {float(element_grid(fmt)[1]) / 2:g} in size becomes 0."))
-    ui.chart(block_figure(table, steps.X, grid), caption,
-             alt="Scatter of one block's 32 values before and after MX quantisation, with the grid levels.",
-             key="quant_block_fig")
+    ui.vega_chart(block_spec(table, steps.X, grid), caption,
+                  alt="Scatter of one block's 32 values before and after MX quantisation, with the grid levels.",
+                  key="quant_block_fig")
     with st.expander("The block, value by value"):
         st.dataframe(table, hide_index=True, width="stretch",
                      column_config={c: st.column_config.NumberColumn(format="%.6g")
@@ -126,29 +128,29 @@ def block_sections() -> None:
     scales = cached_layer_scales(layer)
     n_scale = int(scales["blocks"].sum())
     lo, hi = int(scales["exponent"].min()), int(scales["exponent"].max())
-    ui.chart(scales_figure(scales),
-             f"The {n_scale:,} blocks of layer {layer}'s three expert tensors ({cfg.n_routed_experts} experts × "
-             f"{cfg.expert_width * cfg.expert_hidden // BLOCK} blocks × 3 matrices), by the exponent of their scale: "
-             f"from 2{superscript(lo)} to 2{superscript(hi)}. One scale for the whole tensor would have to fit the largest "
-             "block, and a block k powers of two smaller would then use only the bottom of its grid (in E2M1, two powers "
-             "of two down leave just 0, ±0.5, ±1 and ±1.5). Computed: the E8M0 bytes "
-             "model.quant.pack_mxfp4 writes for the live weights (the same bytes the checkpoint stores).",
-             alt="Bar chart of the number of MXFP4 blocks per scale exponent, for the gate, up and down expert tensors.",
-             key="quant_scales")
+    ui.vega_chart(scales_spec(scales, theme_type),
+                  f"The {n_scale:,} blocks of layer {layer}'s three expert tensors ({cfg.n_routed_experts} experts × "
+                  f"{cfg.expert_width * cfg.expert_hidden // BLOCK} blocks × 3 matrices), by the exponent of their scale: "
+                  f"from 2{superscript(lo)} to 2{superscript(hi)}. One scale for the whole tensor would have to fit the largest "
+                  "block, and a block k powers of two smaller would then use only the bottom of its grid (in E2M1, two powers "
+                  "of two down leave just 0, ±0.5, ±1 and ±1.5). Computed: the E8M0 bytes "
+                  "model.quant.pack_mxfp4 writes for the live weights (the same bytes the checkpoint stores).",
+                  alt="Bar chart of the number of MXFP4 blocks per scale exponent, for the gate, up and down expert tensors.",
+                  key="quant_scales")
     errors, already = cached_layer_errors(layer)
     err_cols = ["MXFP4, blocks of 32", f"MXFP4, blocks of {COARSE_BLOCK}", "MXFP8, blocks of 32"]
     kept = errors[errors["stored as"] == "bf16"]
-    ui.chart(errors_figure(errors, err_cols),
-             "Relative error of rounding each weight matrix of the layer. "
-             + ("The routed experts show 0 for MXFP4 and MXFP8 with blocks of 32: their stored values are already "
-                "MXFP4, and rounding is idempotent. " if already else
-                "The routed experts are not on the MXFP4 grid here (the model is a random fallback), so they round too. ")
-             + f"Blocks of {COARSE_BLOCK} (one scale for a whole expert matrix of the live instance) do lose information. "
-             + (f"The bf16 matrices K3 keeps in higher precision would be off by {kept[err_cols[0]].min():.0%}–"
-                f"{kept[err_cols[0]].max():.0%} of their size in MXFP4, but by {kept[err_cols[2]].min():.1%}–"
-                f"{kept[err_cols[2]].max():.1%} in MXFP8." if len(kept) else ""),
-             alt="Grouped horizontal bars: relative quantisation error per weight matrix of one layer for three formats.",
-             key="quant_errors")
+    ui.vega_chart(errors_spec(errors, err_cols, theme_type),
+                  "Relative error of rounding each weight matrix of the layer. "
+                  + ("The routed experts show 0 for MXFP4 and MXFP8 with blocks of 32: their stored values are already "
+                     "MXFP4, and rounding is idempotent. " if already else
+                     "The routed experts are not on the MXFP4 grid here (the model is a random fallback), so they round too. ")
+                  + f"Blocks of {COARSE_BLOCK} (one scale for a whole expert matrix of the live instance) do lose information. "
+                  + (f"The bf16 matrices K3 keeps in higher precision would be off by {kept[err_cols[0]].min():.0%}–"
+                     f"{kept[err_cols[0]].max():.0%} of their size in MXFP4, but by {kept[err_cols[2]].min():.1%}–"
+                     f"{kept[err_cols[2]].max():.1%} in MXFP8." if len(kept) else ""),
+                  alt="Grouped horizontal bars: relative quantisation error per weight matrix of one layer for three formats.",
+                  key="quant_errors", table=lambda: errors)
 
 block_sections()
 
@@ -176,15 +178,15 @@ def behaviour_section() -> None:
             with col.container(border=True):
                 st.metric(label + " · prompt", fmt_.format(p))
                 st.caption(f"held-out sample ({n_held} tokens): **{fmt_.format(h)}**")
-        ui.chart(behaviour_figure({f"your prompt ({len(prompt.ids)} tokens)": cp.per_layer,
-                                   f"held-out sample ({n_held} tokens)": ch.per_layer}, cfg.top_k),
-                 f"For every MoE layer, the share of the {cfg.top_k} routed experts per token that differ from the "
-                 "reference. A change compounds: once a layer routes differently its output differs, so every later "
-                 "layer sees a different input, which is why the lines tend to rise with depth. Computed from real "
-                 "forward passes of the live model (two per text); the held-out sample is text it never trained on "
-                 f"(assets/heldout_sample.txt, its first {n_held} tokens in rows of {HELDOUT_CHUNK}).",
-                 alt="Line chart of the share of top-16 expert choices that change, per MoE layer, for the prompt and "
-                     "held-out text.", key="quant_behaviour")
+        ui.vega_chart(behaviour_spec({f"your prompt ({len(prompt.ids)} tokens)": cp.per_layer,
+                                      f"held-out sample ({n_held} tokens)": ch.per_layer}, cfg.top_k),
+                      f"For every MoE layer, the share of the {cfg.top_k} routed experts per token that differ from the "
+                      "reference. A change compounds: once a layer routes differently its output differs, so every later "
+                      "layer sees a different input, which is why the lines tend to rise with depth. Computed from real "
+                      "forward passes of the live model (two per text); the held-out sample is text it never trained on "
+                      f"(assets/heldout_sample.txt, its first {n_held} tokens in rows of {HELDOUT_CHUNK}).",
+                      alt="Line chart of the share of top-16 expert choices that change, per MoE layer, for the prompt and "
+                          "held-out text.", key="quant_behaviour")
         st.caption("KL: how far the next-token distribution moves, in nats (0 = identical), averaged over positions. "
                    "The live instance is tiny and briefly trained: at K3's scale the numbers differ, but the method is "
                    "the one a quantisation study uses.")
@@ -202,14 +204,14 @@ c2.metric("K3: MXFP4 routed experts, rest bf16", fmt_bytes(K3["k3"]),
 c3.metric("Saving", f"{K3['bf16'] / K3['k3']:.2f}x",
           help=f"bf16 bytes / K3 bytes; storing every weight at {K3['bits']:g} bits would give 16 / {K3['bits']:g} = "
                f"{16 / K3['bits']:.2f}x.")
-ui.chart(cached_figure("k3_bytes"),
-         f"Routed experts are {K3['routed_params'] / (K3['routed_params'] + K3['other_params']):.1%} of K3's "
-         f"{fmt_params(K3['routed_params'] + K3['other_params'])} parameters, so storing them at {K3['bits']:g} bits "
-         f"(4-bit codes + one 8-bit scale per 32) takes the weights from {fmt_bytes(K3['bf16'])} to "
-         f"{fmt_bytes(K3['k3'])}. The other {fmt_params(K3['other_params'])} stay in bf16 and are still "
-         f"{fmt_bytes(2 * K3['other_params'])}. Per token, the active weights read are {fmt_bytes(K3['active_k3'])} "
-         f"(vs {fmt_bytes(K3['active_bf16'])} in bf16): the input of the decode-latency bound on the next page.",
-         alt="Stacked bars of K3's weight memory, all bf16 versus MXFP4 routed experts.", key="quant_k3_bytes")
+ui.vega_chart(cached_spec("k3_bytes", theme_type),
+              f"Routed experts are {K3['routed_params'] / (K3['routed_params'] + K3['other_params']):.1%} of K3's "
+              f"{fmt_params(K3['routed_params'] + K3['other_params'])} parameters, so storing them at {K3['bits']:g} bits "
+              f"(4-bit codes + one 8-bit scale per 32) takes the weights from {fmt_bytes(K3['bf16'])} to "
+              f"{fmt_bytes(K3['k3'])}. The other {fmt_params(K3['other_params'])} stay in bf16 and are still "
+              f"{fmt_bytes(2 * K3['other_params'])}. Per token, the active weights read are {fmt_bytes(K3['active_k3'])} "
+              f"(vs {fmt_bytes(K3['active_bf16'])} in bf16): the input of the decode-latency bound on the next page.",
+              alt="Stacked bars of K3's weight memory, all bf16 versus MXFP4 routed experts.", key="quant_k3_bytes")
 st.dataframe(k3_gb_table(), hide_index=True, width="stretch",
              column_config={"parameters": st.column_config.NumberColumn(format="%,d"),
                             "bits per value": st.column_config.NumberColumn(format="%.2f"),
