@@ -1,4 +1,5 @@
 """MoE vs Mixture of Agents page data and charts (app/moa.py, app/charts/moa.py)."""
+import numpy as np
 import pytest
 
 from app import moa
@@ -55,11 +56,54 @@ def test_text_tables():
     assert moa.show(0.0123, "seconds") == "12.3 ms" and moa.show(2.5, "seconds") == "2.5 s"
 
 
-def test_figures():
+def test_cost_chart_panels_carry_the_ratios_and_the_values():
     s = moa.scenario(8, 347, 32_768, 1_024, 4.8, "bf16")
     table, _, m = moa.cost_table(s)
-    f = charts.costs_figure(table, m.name)
-    assert len(f.data) == 4 and all("MoA / K3" in a.text for a in f.layout.annotations)
-    sw = charts.sweep_figure(moa.context_sweep(s), 32_768)
-    assert sw.layout.xaxis.type == "log" and len(sw.data) == 4
-    assert len(charts.step_figure(moa.step_breakdown(s)).data) == 2
+    spec = charts.costs_spec(table, m.name)
+    titles = {p["title"]["text"]: p["title"]["subtitle"] for p in spec["hconcat"]}
+    assert list(titles) == ["FLOPs per answer token", "Peak cache memory", "Time to the full answer", "Weight memory"]
+    assert titles["Peak cache memory"] == "MoA / K3 = 8.0x"                       # 8 agents hold 8 caches
+    assert titles["Weight memory"] == f"MoA / K3 = {8 * 347 * 2 / 1559.94:.1f}x"   # bf16 agents vs K3's 1,559.94 GB
+    bars = spec["datasets"]["costs"].set_index(["cost", "side"])
+    assert bars.loc[("Weight memory", "MoA"), "value"] == pytest.approx(8 * 347 * 2)     # GB: 8 x 347B x 2 bytes
+    assert bars.loc[("Weight memory", "MoA"), "label"] == "5,552 GB"
+    assert bars.loc[("Weight memory", "K3"), "value"] == pytest.approx(1559.94, abs=0.01)
+    assert bars.loc[("Peak cache memory", "MoA"), "model"] == m.name
+    assert spec["usermeta"]["embedOptions"]["renderer"] == "svg"                   # the ratios are text on the page
+    for panel in spec["hconcat"]:                                                  # every bar fits under its panel's top
+        name = panel["title"]["text"]
+        assert panel["layer"][0]["encoding"]["y"]["scale"]["domain"][1] > bars.loc[name, "value"].max()
+
+
+def test_sweep_chart_log_axes_and_reference_lines():
+    s = moa.scenario(8, 347, 32_768, 1_024, 4.8, "bf16")
+    spec = charts.sweep_spec(moa.context_sweep(s), 32_768)
+    ratios = spec["datasets"]["ratios"]
+    assert len(ratios) == 4 * 11 and sorted(set(ratios["context"])) == [2 ** k for k in range(10, 21)]
+    cache = ratios[ratios["ratio of"] == "peak cache"]["ratio"]
+    np.testing.assert_allclose(cache, 8.0, rtol=1e-9)          # 8 proposer caches, each K3's size, at every length
+    lines = next(layer for layer in spec["layer"] if layer["mark"]["type"] == "line")["encoding"]
+    assert lines["x"]["scale"]["type"] == "log" and lines["y"]["scale"]["type"] == "log"
+    lo, hi = lines["y"]["scale"]["domain"]
+    assert lo <= 1 <= hi and lo <= ratios["ratio"].min() and ratios["ratio"].max() <= hi     # the 1x line is in view
+    assert spec["datasets"]["chosen"]["context"].tolist() == [32_768]
+    rules = [layer for layer in spec["layer"] if layer["mark"]["type"] == "rule"]
+    assert [r["mark"]["strokeDash"] for r in rules] == [[6, 4], [2, 3]]           # equal cost dashed, context dotted
+    assert any(layer["encoding"].get("text") == {"value": "equal cost"} for layer in spec["layer"])
+
+
+def test_step_chart_stacks_weights_and_cache():
+    s = moa.scenario(8, 347, 32_768, 1_024, 4.8, "bf16")
+    spec = charts.step_spec(moa.step_breakdown(s))
+    step = spec["datasets"]["step"]
+    k3 = step[step["model"] == "Kimi K3"].set_index("part")
+    assert k3.loc["active weights", "GB"] == pytest.approx(136.97, abs=0.01)
+    np.testing.assert_allclose(step["ms"], step["GB"] / 4.8)                  # 1 GB at 4.8 TB/s: 1/4.8 ms
+    totals = spec["datasets"]["totals"].set_index("model")
+    assert totals.loc["one agent (347B)", "GB"] == pytest.approx(step[step["model"] == "one agent (347B)"]["GB"].sum())
+    agent = step[step["model"] == "one agent (347B)"].set_index("part")
+    assert 0.99 * 347 * 2 < agent.loc["active weights", "GB"] < 347 * 2       # all bf16 weights but the embedding
+    cache = "cache at 32K tokens"
+    assert agent.loc[cache, "GB"] == pytest.approx(k3.loc[cache, "GB"])        # K3's own attention stack, its cache
+    assert totals.loc["Kimi K3", "label"].startswith("138 GB → 28.")
+    assert spec["layer"][0]["encoding"]["x"]["stack"] == "zero"

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from app.charts.parallel import bytes_figure, fanout_figure, rank_bytes_figure, shard_load_figure, traffic_figure
+from app.charts.parallel import bytes_spec, fanout_spec, rank_bytes_spec, shard_load_spec, traffic_spec
 from app.parallel import (DIVISORS, RUNNABLE, bytes_table, expected_fanout, fanout, run_layer, shard_of, shard_pairs,
                           shard_tokens, traffic)
 from model.config import K3Config
@@ -63,16 +63,79 @@ def test_bytes_at_k3_scale():
     assert df.loc["K3 latent (published design): k x l", "KB per token (BF16)"] == pytest.approx(114.688)
     live = [i for i in df.index if "live" in i][0]
     assert df.loc[live, "values per token"] == 7.0 * 3584
-    assert len(bytes_figure(df.reset_index()).data[0].y) == 5
 
 
-def test_figures_have_every_cell():
+def test_bytes_chart_keeps_the_table_order_labels_and_colours():
+    spec = bytes_spec(bytes_table(8, 7.0))
+    bars = spec["datasets"]["bytes"].set_index("what")
+    assert list(bars.index)[0] == "K3 experts at full width: k x d"          # first row on top: the y order is the data's
+    assert len(bars) == 5 and spec["layer"][0]["encoding"]["y"]["sort"] is None
+    assert bars.loc["K3 latent (published design): k x l", "label"] == "57,344 values = 114.7 KB"   # 16 x 3,584 x 2 B
+    assert bars.loc["K3 experts at full width: k x d", "kb"] == pytest.approx(16 * 7168 * 2 / 1000)
+    colour = spec["layer"][0]["encoding"]["color"]["scale"]
+    hue = dict(zip(colour["domain"], colour["range"]))
+    assert hue[bars.loc["Kimi K2: k x d", "kind"]] == "#999999"                # K2 grey, K3 blue, full width orange
+    assert hue[bars.loc["K3 latent (published design): k x l", "kind"]] == "#0072B2"
+    assert hue[bars.loc["K3 experts at full width: k x d", "kind"]] == "#E69F00"
+    assert spec["layer"][0]["encoding"]["x"]["scale"]["domain"][1] > 229.376      # room for the longest bar's label
+
+
+KNOWN = np.array([[[0, 1, 2, 3], [0, 112, 224, 336], [895, 784, 1, 113]],        # 2 layers, 3 tokens, top-4
+                  [[5, 6, 7, 8], [5, 6, 7, 8], [5, 6, 7, 120]]])
+
+
+def test_load_chart_cells_are_pairs_over_an_even_share():
+    spec = shard_load_spec(shard_pairs(KNOWN, 8), [4, 5], shard_tokens(KNOWN, 8))
+    cells = spec["datasets"]["loads"]
+    assert len(cells) == 2 * 8
+    first = cells[cells["layer"] == 4].sort_values("device")
+    assert first["pairs"].tolist() == [6, 2, 1, 1, 0, 0, 0, 2]
+    assert first["tokens"].tolist() == [3, 2, 1, 1, 0, 0, 0, 1]
+    # 12 pairs over 8 devices: an even share is 1.5 pairs
+    np.testing.assert_allclose(first["ratio"], [4, 4 / 3, 2 / 3, 2 / 3, 0, 0, 0, 4 / 3])
+    enc = spec["encoding"]
+    assert enc["color"]["scale"]["domain"] == [0, 1, 2] and enc["color"]["scale"]["range"][1] == "#dddddd"   # even: grey
+    assert enc["y"]["scale"]["reverse"] is True and enc["y"]["scale"]["domain"] == [3.5, 5.5]              # first layer on top
+    assert enc["x"]["title"] == "device (shard of 112 experts)"
+    assert shard_load_spec(shard_pairs(KNOWN, 7), [4, 5], shard_tokens(KNOWN, 7))["encoding"]["x"]["title"] == \
+        "device (shard of 128 experts)"
+
+
+def test_fanout_chart_bars_and_both_reference_lines():
+    fan = fanout(KNOWN, 8)                                                # [[1, 4, 3], [1, 1, 2]]
+    spec = fanout_spec(fan, 8, 4, expected_fanout(896, 4, 8))
+    bars = spec["datasets"]["fanout"]
+    assert bars["devices"].tolist() == [1, 2, 3, 4]                       # at most min(G, k) devices
+    assert bars["token_layers"].tolist() == [3, 1, 1, 1]
+    np.testing.assert_allclose(bars["share"], [1 / 2, 1 / 6, 1 / 6, 1 / 6])
+    lines = spec["datasets"]["lines"].set_index("what")
+    assert lines.loc["live routing, mean", "label"] == "live mean 2.00"   # 12 devices over 6 (token, layer)s
+    # uniform: 4 of 896 experts, shards of 112, each missed with probability C(784, 4) / C(896, 4)
+    miss = np.prod([(784 - i) / (896 - i) for i in range(4)])
+    assert lines.loc["uniform routing, expected", "x"] == pytest.approx(8 * (1 - miss))
+    rule = next(layer for layer in spec["layer"] if layer["mark"]["type"] == "rule")["encoding"]
+    dash = dict(zip(rule["strokeDash"]["scale"]["domain"], rule["strokeDash"]["scale"]["range"]))
+    assert dash["uniform routing, expected"] != [1, 0] and dash["live routing, mean"] == [1, 0]   # dashed vs solid
+    labels = [layer for layer in spec["layer"] if layer["mark"]["type"] == "text"]
+    assert len(labels) == 2 and set(lines["side"]) <= {"left", "right"} and sorted(lines["row"]) == [0, 1]
+
+
+def test_traffic_chart_counts_every_pair_and_writes_small_matrices():
+    spec = traffic_spec(traffic(KNOWN[0], 8, "round_robin"), "pairs")
+    cells = spec["datasets"]["traffic"]
+    assert len(cells) == 64 and cells["count"].sum() == 12
+    at = lambda s, d: int(cells[(cells["source"] == s) & (cells["destination"] == d)]["count"].iloc[0])
+    assert at(0, 0) == 4 and [at(1, d) for d in range(8)] == [1, 1, 1, 1, 0, 0, 0, 0]
+    assert [layer["mark"]["type"] for layer in spec["layer"]] == ["rect", "text"]    # counts written in the cells
+    assert spec["layer"][0]["encoding"]["y"]["scale"]["reverse"] is True              # device 0 on top
+    # 896 devices: only the cells with traffic (at most one per pair), on a background of the colour of 0
     rng = np.random.default_rng(1)
-    e = np.stack([np.stack([rng.choice(896, 16, replace=False) for _ in range(5)]) for _ in range(3)])
-    f = shard_load_figure(shard_pairs(e, 8), [1, 2, 3], shard_tokens(e, 8))
-    assert np.array(f.data[0].z).shape == (3, 8)
-    assert len(fanout_figure(fanout(e, 8), 8, 16, expected_fanout(896, 16, 8)).data[0].x) == 8
-    assert np.array(traffic_figure(traffic(e[0], 8), "pairs").data[0].z).shape == (8, 8)
+    e = np.stack([rng.choice(896, 16, replace=False) for _ in range(20)])
+    big = traffic_spec(traffic(e, 896), "pairs")
+    assert len(big["datasets"]["traffic"]) <= 20 * 16 and big["datasets"]["traffic"]["count"].sum() == 20 * 16
+    assert (big["datasets"]["traffic"]["count"] > 0).all()
+    assert [layer["mark"]["type"] for layer in big["layer"]] == ["rect", "rect"]
+    assert big["layer"][0]["mark"]["color"] == big["layer"][1]["encoding"]["color"]["scale"]["range"][0]
 
 
 def micro_problem(tmp_path, dtype=torch.float32, tokens=10):
@@ -131,7 +194,9 @@ def test_run_layer_of_a_model_and_a_failing_start(tmp_path):
     r = run_layer(model, x, 3, 2)
     assert r.max_abs_diff <= 1e-5 and r.G == 2 and len(r.ranks) == 2
     assert r.ranks["bytes sent: dispatch"].sum() > 0
-    assert len(rank_bytes_figure(r.ranks).data) == 2
+    stacked = rank_bytes_spec(r.ranks)["datasets"]["ranks"]
+    assert len(stacked) == 2 * 2 and set(stacked["part"]) == {"dispatch", "combine"}
+    assert stacked.groupby("part")["bytes"].sum()["dispatch"] == r.ranks["bytes sent: dispatch"].sum()
     with pytest.raises(LaunchError, match="divide"):
         run_layer(model, x, 3, 3)                          # 3 does not divide 16 experts
     (tmp_path / "junk.safetensors").write_bytes(b"not a safetensors file")

@@ -5,7 +5,7 @@ from app import state, ui
 from app.text import fmt_tokens
 from model.accounting import count_params
 from model.config import K3Config
-from app.charts.moa import costs_figure, step_figure, sweep_figure
+from app.charts.moa import costs_spec, step_spec, sweep_spec
 from app.moa import (BANDWIDTHS, CONTEXTS, DEFAULTS, N_AGENTS, OUTPUTS, PRECISION_NAMES, PRECISIONS, assumptions,
                      context_sweep, cost_table, matched_size, qualitative, scenario, show, size_bounds, step_breakdown,
                      step_note)
@@ -58,32 +58,32 @@ st.caption(f"K3: {count_params(K3Config.full()).total / 1e9:,.1f}B parameters (c
            + " Every number below is derived from the configs by model/cost.py under the assumptions listed further down.")
 
 st.subheader("The costs, side by side")
-ui.chart(costs_figure(table, moa.name),
-         f"For a {fmt_tokens(context)}-token prompt and a {output:,}-token answer. FLOPs: every agent computes with all "
-         f"its weights on every token, K3 with {count_params(K3Config.full()).active / 1e9:,.1f}B of its "
-         f"{count_params(K3Config.full()).total / 1e9:,.1f}B. Cache: one per agent, and the aggregator "
-         f"holds the prompt plus all {n} answers. Time: at batch 1 a decode step must read its weights from memory; "
-         + step_note(s) + ", and the aggregator cannot start before the proposers "
-         "finish. Weights: the same parameter count, stored at different precisions.",
-         alt="Four bar charts comparing K3 and the Mixture of Agents on FLOPs per token, cache, time and weights.",
-         key="moa_costs")
+ui.vega_chart(costs_spec(table, moa.name, st.context.theme.type, present=bool(st.session_state.get(ui.K_PRESENT))),
+              f"For a {fmt_tokens(context)}-token prompt and a {output:,}-token answer. FLOPs: every agent computes with all "
+              f"its weights on every token, K3 with {count_params(K3Config.full()).active / 1e9:,.1f}B of its "
+              f"{count_params(K3Config.full()).total / 1e9:,.1f}B. Cache: one per agent, and the aggregator "
+              f"holds the prompt plus all {n} answers. Time: at batch 1 a decode step must read its weights from memory; "
+              + step_note(s) + ", and the aggregator cannot start before the proposers "
+              "finish. Weights: the same parameter count, stored at different precisions.",
+              alt="Four bar charts comparing K3 and the Mixture of Agents on FLOPs per token, cache, time and weights.",
+              key="moa_costs")
 shown = table.assign(**{"K3": [show(v, u) for v, u in zip(table["K3"], table["unit"])],
                         "MoA": [show(v, u) for v, u in zip(table["MoA"], table["unit"])],
                         "MoA / K3": [f"{r:,.2f}x" for r in table["ratio"]]})
 st.dataframe(shown[["cost", "K3", "MoA", "MoA / K3", "origin"]], hide_index=True, width="stretch")
 
 st.subheader("How the ratios move with the prompt length")
-ui.chart(sweep_figure(context_sweep(s), context),
-         "Each line is MoA's cost divided by K3's, at every prompt length from 1K to 1M tokens (all else as set). "
-         "Above the dashed line the Mixture of Agents costs more. Attention work grows with the context in both, so "
-         "the FLOPs ratio shrinks at long contexts; the cache ratio is N (or the aggregator's longer context) at "
-         "every length.", alt="Log-log line chart of MoA-to-K3 cost ratios against prompt length.", key="moa_sweep")
+ui.vega_chart(sweep_spec(context_sweep(s), context),
+              "Each line is MoA's cost divided by K3's, at every prompt length from 1K to 1M tokens (all else as set). "
+              "Above the dashed line the Mixture of Agents costs more. Attention work grows with the context in both, so "
+              "the FLOPs ratio shrinks at long contexts; the cache ratio is N (or the aggregator's longer context) at "
+              "every length.", alt="Log-log line chart of MoA-to-K3 cost ratios against prompt length.", key="moa_sweep")
 
 st.subheader("What one decode step reads")
-ui.chart(step_figure(step_breakdown(s)),
-         f"At the bandwidth limit a step takes bytes / bandwidth ({bw:g} TB/s). K3 reads only its active weights, "
-         "routed experts at 4.25 bits; a dense agent reads all of its weights every step. The cache term grows "
-         "with the context.", alt="Stacked bars of bytes read per decode step by K3 and by one agent.", key="moa_step")
+ui.vega_chart(step_spec(step_breakdown(s), st.context.theme.type),
+              f"At the bandwidth limit a step takes bytes / bandwidth ({bw:g} TB/s). K3 reads only its active weights, "
+              "routed experts at 4.25 bits; a dense agent reads all of its weights every step. The cache term grows "
+              "with the context.", alt="Stacked bars of bytes read per decode step by K3 and by one agent.", key="moa_step")
 
 st.subheader("Assumptions of the cost model")
 st.markdown("\n".join(f"- {a}" for a in assumptions(s)))

@@ -3,7 +3,7 @@ import streamlit as st
 
 from app import live as lv_mod
 from app import state, ui
-from app.charts.parallel import bytes_figure, fanout_figure, rank_bytes_figure, shard_load_figure, traffic_figure
+from app.charts.parallel import bytes_spec, fanout_spec, rank_bytes_spec, shard_load_spec, traffic_spec
 from app.parallel import (ASSIGN, DIVISORS, RUNNABLE, bytes_table, cached_routing, cached_traffic, example_note, expected_fanout,
                           fanout, ffn_input_of, run_layer, shard_pairs, shard_tokens)
 from app.text import md_escape
@@ -60,19 +60,19 @@ st.caption("Claim 10 (docs/REFERENCES.md): “896 experts sharded across 8 GPUs 
 
 st.subheader("Load per device, every layer")
 pairs, toks = shard_pairs(experts, G, n), shard_tokens(experts, G, n)
-ui.chart(shard_load_figure(pairs, cfg.moe_layers, toks),
-         f"Each cell: the (token, expert) pairs device r must compute in one layer for your {T} tokens, relative to an "
-         f"even share ({T * cfg.top_k / G:.1f} pairs): grey is even, vermillion busier, blue idler. The busiest device "
-         "sets the layer's pace; the balancing bias evens the experts, and so the devices, over large batches, not "
-         "on one short prompt.",
-         alt="Heatmap of the load of each device in each MoE layer, relative to an even share.", key="ep_loads")
+ui.vega_chart(shard_load_spec(pairs, cfg.moe_layers, toks),
+              f"Each cell: the (token, expert) pairs device r must compute in one layer for your {T} tokens, relative to an "
+              f"even share ({T * cfg.top_k / G:.1f} pairs): grey is even, vermillion busier, blue idler. The busiest device "
+              "sets the layer's pace; the balancing bias evens the experts, and so the devices, over large batches, not "
+              "on one short prompt.",
+              alt="Heatmap of the load of each device in each MoE layer, relative to an even share.", key="ep_loads")
 
 st.subheader("Fan-out: how many devices one token visits")
-ui.chart(fanout_figure(fan, G, cfg.top_k, expected_fanout(n, cfg.top_k, G)),
-         "Over every token and every MoE layer of the live model: the number of distinct devices holding its "
-         f"{cfg.top_k} experts. The dashed line is the expectation if the experts were chosen uniformly at random. "
-         "Each extra device is one more destination for the token's latent vector.",
-         alt="Bar chart of the share of tokens whose experts sit on 1, 2, ... devices.", key="ep_fanout")
+ui.vega_chart(fanout_spec(fan, G, cfg.top_k, expected_fanout(n, cfg.top_k, G)),
+              "Over every token and every MoE layer of the live model: the number of distinct devices holding its "
+              f"{cfg.top_k} experts. The solid line is the live mean, the dashed line the expectation if the experts were "
+              "chosen uniformly at random. Each extra device is one more destination for the token's latent vector.",
+              alt="Bar chart of the share of tokens whose experts sit on 1, 2, ... devices.", key="ep_fanout")
 
 @st.fragment
 def layer_sections() -> None:
@@ -84,25 +84,25 @@ def layer_sections() -> None:
                            "goes once to a device however many of its experts live there.")
     M = cached_traffic(prompt.ids, cfg.moe_layers.index(layer), G, assign, dedup)
     local = int(M.trace())
-    ui.chart(traffic_figure(M, "vectors" if dedup else "pairs"),
-             f"Layer {layer}: row = the device a token starts on ({ASSIGN[assign]}: "
-             + ("consecutive positions stay together" if assign == "blocks" else "token t starts on device t mod G")
-             + "), column = the device of one of its experts. The diagonal stays on the device "
-             f"({local} of {int(M.sum())}, {local / max(1, M.sum()):.0%}); everything else crosses the network, and the "
-             "same amount comes back after the experts run (the combine).",
-             alt="Heatmap of the number of token vectors sent from each source device to each destination device.",
-             key="ep_traffic")
+    ui.vega_chart(traffic_spec(M, "vectors" if dedup else "pairs"),
+                  f"Layer {layer}: row = the device a token starts on ({ASSIGN[assign]}: "
+                  + ("consecutive positions stay together" if assign == "blocks" else "token t starts on device t mod G")
+                  + "), column = the device of one of its experts. The diagonal stays on the device "
+                  f"({local} of {int(M.sum())}, {local / max(1, M.sum()):.0%}); everything else crosses the network, and the "
+                  "same amount comes back after the experts run (the combine).",
+                  alt="Heatmap of the number of token vectors sent from each source device to each destination device.",
+                  key="ep_traffic")
 
     st.subheader("What one token sends, at K3 scale")
     bt = bytes_table(G, float(fan.mean()))
-    ui.chart(bytes_figure(bt),
-             f"Per MoE layer and per token, dispatch only (the combine sends as much back). LatentMoE projects the token "
-             f"from d = {K3.d_model:,} to l = {K3.expert_width:,} before dispatch, halving what each pair carries: "
-             f"{K3.top_k} × {K3.expert_width:,} = {K3.top_k * K3.expert_width:,} values, exactly Kimi K2's {K2.top_k} × "
-             f"{K2.d_model:,} with {K3.top_k // K2.top_k}x the experts per token. Sending one copy per device instead of "
-             "per pair cuts it further to the fan-out.",
-             alt="Horizontal bar chart of kilobytes one token sends to its experts per layer, for several schemes.",
-             key="ep_bytes")
+    ui.vega_chart(bytes_spec(bt, st.context.theme.type),
+                  f"Per MoE layer and per token, dispatch only (the combine sends as much back). LatentMoE projects the token "
+                  f"from d = {K3.d_model:,} to l = {K3.expert_width:,} before dispatch, halving what each pair carries: "
+                  f"{K3.top_k} × {K3.expert_width:,} = {K3.top_k * K3.expert_width:,} values, exactly Kimi K2's {K2.top_k} × "
+                  f"{K2.d_model:,} with {K3.top_k // K2.top_k}x the experts per token. Sending one copy per device instead of "
+                  "per pair cuts it further to the fan-out.",
+                  alt="Horizontal bar chart of kilobytes one token sends to its experts per layer, for several schemes.",
+                  key="ep_bytes")
     st.dataframe(bt, hide_index=True, width="stretch",
                  column_config={"values per token": st.column_config.NumberColumn(format="%,.0f"),
                                 "KB per token (BF16)": st.column_config.NumberColumn(format="%.1f")})
@@ -158,11 +158,11 @@ def layer_sections() -> None:
         c2.metric("Wall time with process start", f"{r.seconds_total:.1f} s", help="Mostly starting Python and "
                   "importing torch in every process.")
         c3.metric("Bytes sent, all ranks", f"{int(r.ranks['bytes sent: dispatch'].sum() + r.ranks['bytes sent: combine'].sum()):,}")
-        ui.chart(rank_bytes_figure(r.ranks),
-                 "Measured: bytes each process sent to the others (dispatch: latent rows of "
-                 f"{cfg.expert_width} float32 values plus an 8-byte expert id per pair and the count exchange; combine: "
-                 "the results going back). Rows a process keeps for its own experts are not sent.",
-                 alt="Stacked bar chart of bytes sent per rank, dispatch and combine.", key="ep_rank_bytes")
+        ui.vega_chart(rank_bytes_spec(r.ranks),
+                      "Measured: bytes each process sent to the others (dispatch: latent rows of "
+                      f"{cfg.expert_width} float32 values plus an 8-byte expert id per pair and the count exchange; combine: "
+                      "the results going back). Rows a process keeps for its own experts are not sent.",
+                      alt="Stacked bar chart of bytes sent per rank, dispatch and combine.", key="ep_rank_bytes")
         st.dataframe(r.ranks, hide_index=True, width="stretch",
                      column_config={"layer time (ms)": st.column_config.NumberColumn(format="%.2f")})
     else:
