@@ -272,13 +272,15 @@ def full_forward(ids: tuple[int, ...]) -> K3Output:
 
 
 @st.cache_resource(max_entries=64, show_spinner=False)
-def cached_figure(name: str, *args):
-    """Figures that depend only on closed forms and a control or two, built once per process."""
+def cached_spec(name: str, *args, theme_type: str | None = None) -> dict:
+    """Chart specs that depend only on closed forms and a control or two, built once per process (and per
+    light / dark theme: their labels take its text colour). Shared: never mutate the returned spec."""
     from app.charts import depth as charts
     if name == "links":
         block_size, view, mark = args
-        return charts.links_figure(link_series(block_size, view), mark, block_size)
+        return charts.links_spec(link_series(block_size, view), mark, block_size, theme_type=theme_type)
     if name == "vectors":
         num_layers, block_size, d = args
-        return charts.vectors_figure(vectors_by_block_size(num_layers), vectors_alive(num_layers, None), block_size, d)
-    raise ValueError(f"no figure named {name}")
+        return charts.vectors_spec(vectors_by_block_size(num_layers), vectors_alive(num_layers, None), block_size, d,
+                                   theme_type=theme_type)
+    raise ValueError(f"no chart named {name}")

@@ -3,7 +3,7 @@ beside the closed forms, the heatmap, the retrieval answer, memory, and bad link
 import json
 
 import pytest
-from tests.conftest import open_app_page
+from tests.conftest import open_app_page, vega_datasets
 
 PAGE = "views/attnres.py"
 
@@ -16,8 +16,13 @@ def metrics(at) -> dict:
     return {m.label: m.value for m in at.metric}
 
 
-def trace_names(at) -> list[list[str]]:
-    return [[t.get("name") for t in json.loads(el.proto.spec)["data"]] for el in at.get("plotly_chart")]
+def charts(at) -> dict:
+    """The page's Vega-Lite charts by name: (spec, datasets as data frames)."""
+    out = {}
+    for el in at.get("vega_lite_chart"):
+        spec = json.loads(el.proto.spec)
+        out[spec["usermeta"]["chart"]] = (spec, vega_datasets(el))
+    return out
 
 
 @pytest.fixture(scope="module")
@@ -40,23 +45,34 @@ def test_link_counts_at_93_in_both_views(page):
 
 
 def test_charts_and_series(page):
-    names = trace_names(page)
-    assert names[0] == ["Full AttnRes", "Block AttnRes (blocks of 12)", "K3: L = 93"]
-    assert names[1] == ["depth weights"]
-    assert [n for n in names[2] if n] == ["Full AttnRes", "Block AttnRes"]
-    assert names[3] == ["Full AttnRes", "Block AttnRes", "chosen block size"]
-    links = json.loads(page.get("plotly_chart")[0].proto.spec)
+    assert not page.get("plotly_chart")
+    found = charts(page)
+    assert list(found) == ["attnres_links", "attnres_heatmap", "attnres_retrieval", "attnres_vectors"]
+    spec, data = found["attnres_links"]
+    assert sorted(set(data["links"]["design"])) == ["Block AttnRes (blocks of 12)", "Full AttnRes"]
+    assert data["k3"]["links"].tolist() == [4_371, 493]               # one read per layer, the published table
     # the affordability remark is the K3 report's (section 2.2), not the AttnRes paper's
-    assert any("K3 report, section 2.2" in a["text"] for a in links["layout"]["annotations"])
+    assert "K3 report, section 2.2" in data["region"]["label"].iloc[0]
+    weights = found["attnres_retrieval"][1]["weights"]
+    assert sorted(set(weights["design"])) == ["Block AttnRes", "Full AttnRes"]
+    assert weights.groupby("design")["layer"].agg(["min", "max"]).values.tolist() == [[0, 49]] * 2   # layer 50 reads 0..49
+    assert found["attnres_retrieval"][1]["hit"]["layer"].tolist() == [12, 12]
+    vectors = found["attnres_vectors"][1]
+    assert sorted(set(vectors["vectors"]["design"])) == ["Block AttnRes", "Full AttnRes"]
+    assert vectors["chosen"]["vectors"].tolist() == [9]
 
 
 def test_heatmap_shows_every_read_and_switches_to_full(page):
-    spec = json.loads(page.get("plotly_chart")[1].proto.spec)
-    assert "187 reads x 9 sources" in spec["layout"]["title"]["text"]
+    spec, data = charts(page)["attnres_heatmap"]
+    assert "187 reads x 9 sources" in spec["title"]["text"]
+    # one cell per link: as many as the closed form counts for two reads per layer plus the output read
+    assert len(data["cells"]) == 1_003
     page.segmented_control(key="ar_mode").set_value("Full").run()
-    spec = json.loads(page.get("plotly_chart")[1].proto.spec)
-    assert "187 reads x 187 sources" in spec["layout"]["title"]["text"]
-    assert len(spec["layout"]["shapes"]) == 2 * 7                  # block boundaries on rows and columns
+    spec, data = charts(page)["attnres_heatmap"]
+    assert "187 reads x 187 sources" in spec["title"]["text"]
+    assert len(data["cells"]) == 17_578
+    assert len(data["row_bounds"]) == len(data["col_bounds"]) == 7       # block boundaries on rows and columns
+    assert data["row_bounds"]["read"].tolist() == [f"L{12 * k}.attn" for k in range(1, 8)]
     page.segmented_control(key="ar_mode").set_value("Block").run()
 
 
@@ -81,6 +97,10 @@ def test_block_size_slider_recomputes_counts_and_memory(page):
     assert m["Full, K3 scale: per token"] == "2.7 MB" and m["Block, K3 scale: per token"] == "28.7 KB"   # 2 vectors x 7168 x 2 B
     table = page.dataframe[0].value
     assert len(table) == 2 and table["Block"].nunique() == 1
+    found = charts(page)                                            # the charts follow the slider
+    assert found["attnres_links"][1]["k3"]["links"].tolist() == [4_371, 185]
+    assert "Block AttnRes (blocks of 93)" in set(found["attnres_links"][1]["links"]["design"])
+    assert found["attnres_vectors"][1]["chosen"][["block size", "vectors"]].values.tolist() == [[93, 2]]
     page.slider(key="ar_bs").set_value(12).run()
     assert metrics(page)["Block, K3 scale: per token"] == "129.0 KB"
     assert metrics(page)["Block, live instance: per token"] == "288 values"     # 9 x d = 32              # 9 x 7168 x 2 bytes

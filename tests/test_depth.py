@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from app.charts.depth import depth_heatmap, links_figure, retrieval_figure, vectors_figure
+from app.charts.depth import depth_heatmap_spec, links_spec, retrieval_spec, vectors_spec
 from app.depth import (VIEWS, bookkeeping_links, boundary_rows, count_table, depth_matrix, depth_memory,
                        full_variant, link_series, retrieval, source_members, vectors_by_block_size)
 from model.config import K3Config
@@ -145,8 +145,17 @@ def test_depth_matrix_rows_are_distributions_with_partial_last():
     np.testing.assert_allclose(np.nansum(z, 1), 1, atol=1e-5)
     assert np.isnan(z[0, 1:]).all()                              # layer 0's first read sees the embedding only
     assert boundary_rows(rows, 2) == [4, 8]                      # L2.attn, L4.attn
-    fig = depth_heatmap(z, rows, cols, [4, 8], [], "t")
-    assert fig.data[0].type == "heatmap" and len(fig.layout.shapes) == 2
+    spec = depth_heatmap_spec(z, rows, cols, [4, 8], [], "t")
+    cells = spec["datasets"]["cells"]
+    # one cell per candidate source of a read (none where the read had no such source): as many cells as the
+    # forward's own trace counted links
+    assert len(cells) == np.isfinite(z).sum() == out.trace.link_count
+    np.testing.assert_allclose(cells.groupby("read")["weight"].sum(), 1, atol=1e-5)
+    assert set(cells.loc[cells["read"] == "L0.attn", "source"]) == {"emb"}
+    assert spec["datasets"]["row_bounds"]["read"].tolist() == ["L2.attn", "L4.attn"]
+    assert spec["datasets"]["col_bounds"].empty
+    assert spec["layer"][0]["mark"]["type"] == "rect" and spec["title"]["text"] == "t"
+    assert [l["mark"]["strokeDash"] for l in spec["layer"][1:]] == [[2, 2]] * 2          # dotted, as the caption says
 
 
 def test_memory_per_token_at_k3_scale():
@@ -155,17 +164,42 @@ def test_memory_per_token_at_k3_scale():
     assert m.loc["Full", "bytes"] == 187 * 7168 * 2 and m.loc["Block", "bytes"] == 9 * 7168 * 2
     v = vectors_by_block_size(93).set_index("block size")
     assert v.loc[12, "blocks"] == 8 and v.loc[1, "vectors"] == 94 and v.loc[93, "vectors"] == 2
-    fig = vectors_figure(v.reset_index(), 187, 12, 7168)
-    assert list(fig.data[2].y) == [9] and list(fig.data[0].y) == [187] * 93
+    spec = vectors_spec(v.reset_index(), 187, 12, 7168)
+    chosen, lines = spec["datasets"]["chosen"], spec["datasets"]["vectors"]
+    assert chosen["vectors"].tolist() == [9] and chosen["label"].tolist() == ["9 vectors = 64,512 values"]   # 9 x 7,168
+    full = lines[lines["design"] == "Full AttnRes"]
+    block = lines[lines["design"] == "Block AttnRes"].set_index("block size")
+    assert full["vectors"].tolist() == [187] * 93
+    assert (block.loc[1, "vectors"], block.loc[12, "vectors"], block.loc[93, "vectors"]) == (94, 9, 2)
+    layers = spec["layer"]
+    assert layers[1]["mark"]["interpolate"] == "step-after"                  # Block drawn as steps
+    assert layers[0]["encoding"]["y"]["scale"]["type"] == "log"
+    assert "type" not in layers[0]["encoding"]["x"].get("scale", {})          # block size on a linear axis
 
 
 def test_link_and_retrieval_figures():
-    fig = links_figure(link_series(12, "two-reads"), 93, 12)
-    assert [t.name for t in fig.data] == ["Full AttnRes", "Block AttnRes (blocks of 12)", "K3: L = 93"]
-    assert list(fig.data[2].y) == [17_578, 1_003]
-    assert fig.layout.xaxis.type == "log" and fig.layout.yaxis.type == "log"
-    assert any("K3 report, section 2.2" in a.text for a in fig.layout.annotations)   # not the AttnRes paper
+    spec = links_spec(link_series(12, "two-reads"), 93, 12)
+    links, k3 = spec["datasets"]["links"], spec["datasets"]["k3"]
+    assert sorted(set(links["design"])) == ["Block AttnRes (blocks of 12)", "Full AttnRes"]
+    assert k3["links"].tolist() == [17_578, 1_003] and set(k3["label"]) == {"K3: L = 93"}    # the published table
+    assert k3["text"].tolist() == ["17,578", "1,003"]
+    by_design = links.set_index(["design", "layers"])["links"]
+    assert by_design[("Full AttnRes", 200)] == 200 * 401 + 401                # L(2L+1) + (2L+1) at L = 200
+    line = next(l for l in spec["layer"] if l["mark"]["type"] == "line")
+    assert line["encoding"]["x"]["scale"]["type"] == "log" and line["encoding"]["y"]["scale"]["type"] == "log"
+    region = spec["datasets"]["region"].iloc[0]
+    assert (region["start"], region["end"]) == (1, 100)
+    assert "K3 report, section 2.2" in region["label"]                          # not the AttnRes paper
+    rule = next(l for l in spec["layer"] if l["mark"]["type"] == "rule")
+    assert rule["data"]["name"] == "k3" and rule["mark"]["strokeDash"]         # dashed at K3's depth
     model = micro_model(random_queries=True)
     prof = {"Full": retrieval(run(full_variant(model)), "L4.attn", 0), "Block": retrieval(run(model), "L4.attn", 0)}
-    rf = retrieval_figure(prof, 1, 4)
-    assert [t.name for t in rf.data if t.showlegend is not False] == ["Full AttnRes", "Block AttnRes"]
+    rf = retrieval_spec(prof, 1, 4)
+    weights = rf["datasets"]["weights"]
+    assert sorted(set(weights["design"])) == ["Block AttnRes", "Full AttnRes"]
+    assert sorted(set(weights["layer"])) == [0, 1, 2, 3]                       # the embedding (layer -1) left out
+    hit = rf["datasets"]["hit"].set_index("design")["weight"]
+    assert hit["Full AttnRes"] == pytest.approx(prof["Full"].set_index("layer").loc[1, "weight"])
+    assert hit["Block AttnRes"] == pytest.approx(prof["Block"].set_index("layer").loc[1, "weight"])
+    assert rf["datasets"]["marker"]["label"].tolist() == ["layer 1"]
+    assert rf["layer"][2]["encoding"]["y"]["scale"]["type"] == "log"

@@ -1,7 +1,8 @@
 """The Model card's data: the config table and the training log it plots."""
 import pandas as pd
+import pytest
 
-from app.charts.model_card import training_figure
+from app.charts.model_card import bias_spec, training_spec
 from app.model_card import config_table
 from model.evaluate import CLASSES, char_class, mutual_information, unigram_cross_entropy
 import numpy as np
@@ -16,14 +17,32 @@ def test_config_table_keeps_counts_and_marks_shrunk_widths():
     assert df.loc["latent_dim", "K3 value is"] == "published"          # Table 1, routed_expert_hidden_size
 
 
-def test_training_figure_marks_the_quantised_phase():
+def test_training_chart_marks_the_quantised_phase():
     log = pd.DataFrame({"step": range(10), "loss": np.linspace(8, 5, 10), "val_loss": [7.9] + [""] * 8 + [5.1],
                         "quant": [0] * 7 + [1] * 3, "max_mean_load": 1.2, "dead_experts": 0.0,
                         "bias_spread": 0.1})
-    fig = training_figure(log, unigram=6.0)
-    names = [t.name for t in fig.data]
-    assert "validation loss" in names and len(fig.data[names.index("validation loss")].x) == 2
-    assert any(s.x0 == 7 for s in fig.layout.shapes)
+    spec = training_spec(log, unigram=6.0)
+    data = spec["datasets"]
+    # validation only where it was measured: a line through its two points, not one broken at the gaps
+    assert data["validation"]["step"].tolist() == [0, 9] and data["validation"]["val_loss"].tolist() == [7.9, 5.1]
+    assert data["phase"][["start", "end"]].values.tolist() == [[7, 9]]
+    assert data["unigram"]["unigram"].tolist() == [6.0] and data["unigram"]["label"].tolist() == ["unigram baseline"]
+    # the 25-step mean over the first 10 steps: the mean of 8 .. 5 is 6.5 at step 9, 8 at step 0
+    mean = data["log"].set_index("step")["loss_mean"]
+    assert mean[0] == pytest.approx(8) and mean[9] == pytest.approx(6.5)
+    assert data["log"]["max_mean_load"].tolist() == [1.2] * 10
+    # two panels on one step axis: the loss with the baseline above, the expert load below
+    top, bottom = spec["vconcat"]
+    assert top["title"]["text"].startswith("cross-entropy") and bottom["title"]["text"] == "expert load balance"
+    assert spec["resolve"]["scale"]["x"] == "shared"
+    drawn = lambda panel: {l["transform"][0]["calculate"].strip("'") for l in panel["layer"]
+                           if l["mark"]["type"] == "line"}
+    assert drawn(top) == {"training loss", "training loss (25-step mean)", "validation loss"}
+    assert drawn(bottom) == {"max/mean expert load (worst layer)", "experts with no token in the batch (mean per layer)"}
+    assert any(l["data"]["name"] == "phase" and l["mark"]["type"] == "rect" for l in bottom["layer"])
+    assert training_spec(log.assign(quant=0))["datasets"]["phase"].empty
+    assert training_spec(log)["datasets"]["unigram"].empty
+    assert bias_spec(log)["datasets"]["bias"]["bias_spread"].tolist() == [0.1] * 10
 
 
 def test_evaluation_measures():
@@ -125,3 +144,21 @@ def test_held_out_summary_states_both_splits_and_the_replaced_instance():
                                "held_out_windows": {"whole_split": win(5.6), "earlier_split": win(5.0)}}
     text = held_out_summary(ev)
     assert "827,392 tokens seen" in text and "5.60 and 5.00" in text and "4.87 against 4.10 now" in text
+
+
+def test_card_page_draws_its_training_charts_with_vega():
+    import json
+    from app.model_card import load_json, train_log
+    from tests.conftest import open_app_page, vega_datasets
+    at = open_app_page("views/model_card.py")
+    assert not at.get("plotly_chart")
+    found = {json.loads(el.proto.spec)["usermeta"]["chart"]: vega_datasets(el) for el in at.get("vega_lite_chart")}
+    assert list(found) == ["model_card_training", "model_card_bias"]
+    log, ev = train_log(), load_json("k3_tiny_eval.json")
+    training = found["model_card_training"]
+    assert len(training["log"]) == len(log) and training["log"]["step"].tolist() == log["step"].tolist()
+    assert training["unigram"]["unigram"].tolist() == [ev["unigram_cross_entropy"]]
+    assert training["phase"]["start"].tolist() == [log.loc[log["quant"] == 1, "step"].min()]
+    assert len(training["validation"]) == pd.to_numeric(log["val_loss"], errors="coerce").notna().sum()
+    downloads = [d for d in at.get("download_button") if "CSV" in d.proto.label]
+    assert len(downloads) >= 2

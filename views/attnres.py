@@ -1,13 +1,11 @@
 """Attention Residuals: each layer attends over the outputs of earlier layers instead of adding them."""
-import html
-
 import streamlit as st
 
 from app import live as lv_mod
 from app import state, ui
 from app.text import fmt_bytes, token_text
-from app.charts.depth import depth_heatmap, retrieval_figure
-from app.depth import (VIEWS, affordability_note, boundary_rows, cached_figure, count_table, depth_matrix,
+from app.charts.depth import depth_heatmap_spec, retrieval_spec
+from app.depth import (VIEWS, affordability_note, boundary_rows, cached_spec, count_table, depth_matrix,
                        depth_memory, full_forward, growth_note, link_series, retrieval)
 from app.text import fmt_int
 from model.attnres import block_sizes, vectors_alive
@@ -41,11 +39,11 @@ c1, c2 = st.columns([3, 2])
 count_view = view.draw(c1.segmented_control, "view", "Count", list(VIEWS), format_func=lambda v: VIEWS[v]["label"])
 bs = view.draw(c2.slider, "bs", "Block size (layers per block)", 1, L)
 series = link_series(bs, count_view)
-ui.chart(cached_figure("links", bs, count_view, L),
-         "A link is one candidate source in one read. " + growth_note(bs) + " Closed forms from model/attnres.py. "
-         + affordability_note(full),
-         alt="Log-log chart of AttnRes links per token against depth for Full and Block AttnRes, L = 93 marked.",
-         key="ar_links")
+ui.vega_chart(cached_spec("links", bs, count_view, L, theme_type=st.context.theme.type),
+              "A link is one candidate source in one read. " + growth_note(bs) + " Closed forms from model/attnres.py. "
+              + affordability_note(full),
+              alt="Log-log chart of AttnRes links per token against depth for Full and Block AttnRes, L = 93 marked.",
+              key="ar_links")
 at93 = series[series["layers"] == L].iloc[0]
 m1, m2, m3 = st.columns(3)
 m1.metric(f"Full AttnRes at L = {L}", fmt_int(int(at93["Full"])), help="computed: closed form")
@@ -97,22 +95,22 @@ with prompt_box:
         out = out_block if mode == "Block" else out_full
         z, rows, cols = depth_matrix(out, token - 1)
         bsize = lv.model.cfg.attnres_block_size
-        ui.chart(depth_heatmap(z, rows, cols, boundary_rows(rows, bsize),
-                               boundary_rows(cols, bsize) if mode == "Full" else [],
-                               f"Token {token} “{html.escape(token_text(prompt.pieces[token - 1]))}”: {len(rows)} reads x "
-                               f"{len(cols)} sources"),
-                 ("Each row is one read (before that module runs) and sums to 1 over its sources. In Block mode the "
-                  "columns are the embedding, the sealed blocks and the running partial sum of the current block, "
-                  "so the 'partial' column means a different block in each band. " if mode == "Block" else
-                  f"Each row is one read and sums to 1; in Full mode every module output is its own source. The two "
-                  f"numbers in the title coincide but count different things: {2 * L + 1} reads (one before each of "
-                  f"the {2 * L} modules and one before the head) and {2 * L + 1} sources (the embedding and every "
-                  "module output). "
-                  "These queries were trained for Block sources, so the Full weights show what the same weights do "
-                  "over per-module sources, not what a Full-trained model would learn. ")
-                 + f"Dotted lines: block boundaries (every {bsize} layers).",
-                 alt="Heatmap of depth-attention weights: rows are reads, columns are the sources each read sees.",
-                 key="ar_heatmap")
+        ui.vega_chart(depth_heatmap_spec(z, rows, cols, boundary_rows(rows, bsize),
+                                         boundary_rows(cols, bsize) if mode == "Full" else [],
+                                         f"Token {token} “{token_text(prompt.pieces[token - 1])}”: {len(rows)} reads x "
+                                         f"{len(cols)} sources"),
+                      ("Each row is one read (before that module runs) and sums to 1 over its sources. In Block mode the "
+                       "columns are the embedding, the sealed blocks and the running partial sum of the current block, "
+                       "so the 'partial' column means a different block in each band. " if mode == "Block" else
+                       f"Each row is one read and sums to 1; in Full mode every module output is its own source. The two "
+                       f"numbers in the title coincide but count different things: {2 * L + 1} reads (one before each of "
+                       f"the {2 * L} modules and one before the head) and {2 * L + 1} sources (the embedding and every "
+                       "module output). "
+                       "These queries were trained for Block sources, so the Full weights show what the same weights do "
+                       "over per-module sources, not what a Full-trained model would learn. ")
+                      + f"Dotted lines: block boundaries (every {bsize} layers).",
+                      alt="Heatmap of depth-attention weights: rows are reads, columns are the sources each read sees.",
+                      key="ar_heatmap")
         st.caption(f"Token shown: `{token_text(prompt.pieces[token - 1])}` (position {token} of {T}).")
 
 # ---- retrieval -------------------------------------------------------------------------------------
@@ -133,16 +131,16 @@ def retrieval_section() -> None:
             source = reader - 1
         read = f"L{reader}.{module}"
         profiles = {"Full": retrieval(out_full, read, token - 1), "Block": retrieval(out_block, read, token - 1)}
-        ui.chart(retrieval_figure(profiles, source, reader),
-                 f"How much of each earlier layer's output the read before layer {reader}'s "
-                 f"{'attention' if module == 'attn' else 'FFN'} mixes in, for token {token}. Full: the softmax weights "
-                 "of that layer's two outputs, read with the live model's queries, which were trained for Block sources. "
-                 "Block: the weight of the source that holds the layer, times the layer's share of that source. That "
-                 "share (its module-output norms over all the norms summed in the source) is this app's own heuristic, "
-                 "not something the model computes: a read cannot separate the layers summed in one block. The "
-                 "embedding gets the rest.",
-                 alt="Line chart of the weight each earlier layer's output receives in one read, Full vs Block.",
-                 key="ar_retrieval")
+        ui.vega_chart(retrieval_spec(profiles, source, reader, st.context.theme.type),
+                      f"How much of each earlier layer's output the read before layer {reader}'s "
+                      f"{'attention' if module == 'attn' else 'FFN'} mixes in, for token {token}. Full: the softmax weights "
+                      "of that layer's two outputs, read with the live model's queries, which were trained for Block sources. "
+                      "Block: the weight of the source that holds the layer, times the layer's share of that source. That "
+                      "share (its module-output norms over all the norms summed in the source) is this app's own heuristic, "
+                      "not something the model computes: a read cannot separate the layers summed in one block. The "
+                      "embedding gets the rest.",
+                      alt="Line chart of the weight each earlier layer's output receives in one read, Full vs Block.",
+                      key="ar_retrieval")
         f_row = profiles["Full"].set_index("layer").loc[source]
         b_row = profiles["Block"].set_index("layer").loc[source]
         c1, c2 = st.columns(2)
@@ -165,13 +163,13 @@ retrieval_section()
 
 # ---- memory ----------------------------------------------------------------------------------------
 st.subheader("Memory kept alive per token: O(L d) vs O(N d)")
-ui.chart(cached_figure("vectors", L, bs, full.d_model),
-         f"Full AttnRes keeps the embedding and every module output until the last read: 2L + 1 = "
-         f"{vectors_alive(L, None)} vectors per token. Block keeps the embedding, the sealed blocks and one "
-         f"partial sum: N + 1 = {vectors_alive(L, bs)} at blocks of {bs}. Block size {L} is one block "
-         "(2 vectors: almost a plain residual); block size 1 is one sum per layer.",
-         alt="Vectors kept alive per token against the AttnRes block size, with Full AttnRes as a flat line.",
-         key="ar_vectors")
+ui.vega_chart(cached_spec("vectors", L, bs, full.d_model, theme_type=st.context.theme.type),
+              f"Full AttnRes keeps the embedding and every module output until the last read: 2L + 1 = "
+              f"{vectors_alive(L, None)} vectors per token. Block keeps the embedding, the sealed blocks and one "
+              f"partial sum: N + 1 = {vectors_alive(L, bs)} at blocks of {bs}. Block size {L} is one block "
+              "(2 vectors: almost a plain residual); block size 1 is one sum per layer.",
+              alt="Vectors kept alive per token against the AttnRes block size, with Full AttnRes as a flat line.",
+              key="ar_vectors")
 k3_mem = depth_memory(L, bs, full.d_model).set_index("design")
 live_mem = depth_memory(L, bs, lv.model.cfg.d_model, bytes_per_value=4).set_index("design")
 c1, c2 = st.columns(2)

@@ -2,7 +2,7 @@
 import streamlit as st
 
 from app import state, ui
-from app.charts.model_card import bias_figure, training_figure
+from app.charts.model_card import bias_spec, training_spec
 from app.balance import LIVE_TARGET
 from app.live import banner, live
 from app.model_card import (balanced_floor, config_table, corpus_parts, held_out_summary, load_json,
@@ -177,21 +177,21 @@ else:
 
 if log is not None:
     st.subheader("Training curves")
-    ui.chart(training_figure(log, ev["unigram_cross_entropy"] if ev else None),
-             "Top: the loss falls below the unigram baseline (what counting tokens alone achieves). Bottom: "
-             f"the busiest expert's load over the mean, in the worst of the 92 layers, for each {STEP_TOKENS:,}-token "
-             f"training batch: with ~{STEP_TOKENS * 16 / 896:.0f} tokens per expert, sampling noise alone would put a "
-             f"perfectly balanced router at {balanced_floor(STEP_TOKENS)['worst_layer']:.1f} here, so read the trend, "
-             "not the level; "
-             "almost no expert is left without tokens. Shaded: the quantisation-aware phase.",
-             alt="Training loss, validation loss and expert load balance per training step.")
-    ui.chart(bias_figure(log),
-             "How far apart the balancing biases of the experts sit: after every step QB sets them "
-             + ("from that step's whole batch (Eq. 14)" if card and card.get("balancing") else
-                "from the routing of the last 3 batches (a window this run used, since one 1,024-token batch gives "
-                "each expert about 18 tokens; `python -m model.train` now takes one step's whole batch, Eq. 14)")
-             + ", with no learning rate; the balance calibration then re-sets them once more.",
-             alt="Spread of the balancing bias over training steps.")
+    ui.vega_chart(training_spec(log, ev["unigram_cross_entropy"] if ev else None, theme_type=st.context.theme.type),
+                  "Top: the loss falls below the unigram baseline (what counting tokens alone achieves). Bottom: "
+                  f"the busiest expert's load over the mean, in the worst of the 92 layers, for each {STEP_TOKENS:,}-token "
+                  f"training batch: with ~{STEP_TOKENS * 16 / 896:.0f} tokens per expert, sampling noise alone would put a "
+                  f"perfectly balanced router at {balanced_floor(STEP_TOKENS)['worst_layer']:.1f} here, so read the trend, "
+                  "not the level; "
+                  "almost no expert is left without tokens. Shaded: the quantisation-aware phase.",
+                  alt="Training loss, validation loss and expert load balance per training step.", key="card_training")
+    ui.vega_chart(bias_spec(log),
+                  "How far apart the balancing biases of the experts sit: after every step QB sets them "
+                  + ("from that step's whole batch (Eq. 14)" if card and card.get("balancing") else
+                     "from the routing of the last 3 batches (a window this run used, since one 1,024-token batch gives "
+                     "each expert about 18 tokens; `python -m model.train` now takes one step's whole batch, Eq. 14)")
+                  + ", with no learning rate; the balance calibration then re-sets them once more.",
+                  alt="Spread of the balancing bias over training steps.", key="card_bias")
 
 st.subheader("Its configuration beside Kimi K3's")
 st.dataframe(config_table(), hide_index=True, width="stretch")

@@ -1,49 +1,165 @@
-"""Figures of the Model card: training curves from the CSV log. Pure functions."""
+"""Figures of the Model card: training curves from the CSV log, as Vega-Lite specs (their data in named
+datasets). Pure functions."""
 from __future__ import annotations
 
 import pandas as pd
-import plotly.graph_objects as go
-from plotly.subplots import make_subplots
 
 from app import theme
+from app.charts.vega import SCHEMA, usermeta
+
+LOSS_PANEL = "cross-entropy per token (nats)"
+LOAD_PANEL = "expert load balance"
 
 
-def training_figure(log: pd.DataFrame, unigram: float | None = None, window: int = 25) -> go.Figure:
-    """Loss (train, smoothed, and validation) above, load balance below, the MXFP4 phase shaded."""
-    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08,
-                        subplot_titles=("cross-entropy per token (nats)", "expert load balance"))
-    fig.add_trace(go.Scatter(x=log["step"], y=log["loss"], mode="lines", name="training loss",
-                             line=dict(color=theme.OKABE_ITO["grey"], width=1), opacity=0.5), 1, 1)
-    fig.add_trace(go.Scatter(x=log["step"], y=log["loss"].rolling(window, min_periods=1).mean(),
-                             mode="lines", name=f"training loss ({window}-step mean)",
-                             line=dict(color=theme.K3, width=2)), 1, 1)
-    val = log[pd.to_numeric(log["val_loss"], errors="coerce").notna()]
-    fig.add_trace(go.Scatter(x=val["step"], y=pd.to_numeric(val["val_loss"]), mode="lines+markers",
-                             name="validation loss", line=dict(color=theme.ACCENT, width=2)), 1, 1)
-    if unigram is not None:
-        fig.add_hline(y=unigram, line=dict(dash="dot", color=theme.OKABE_ITO["vermillion"]), row=1, col=1,
-                      annotation_text="unigram baseline", annotation_position="top right")
-    fig.add_trace(go.Scatter(x=log["step"], y=log["max_mean_load"].rolling(window, min_periods=1).mean(),
-                             mode="lines", name="max/mean expert load (worst layer)",
-                             line=dict(color=theme.MOE, width=2)), 2, 1)
-    fig.add_trace(go.Scatter(x=log["step"], y=log["dead_experts"].rolling(window, min_periods=1).mean(),
-                             mode="lines", name="experts with no token in the batch (mean per layer)",
-                             line=dict(color=theme.OKABE_ITO["purple"], width=2)), 2, 1)
+def _series(window: int) -> dict[str, tuple[str, str, float, float]]:
+    """Legend name -> (column in the "log" dataset, colour, line width, opacity), top panel then bottom."""
+    return {
+        "training loss": ("loss", theme.OKABE_ITO["grey"], 1, 0.5),
+        f"training loss ({window}-step mean)": ("loss_mean", theme.K3, 2, 1),
+        "validation loss": ("val_loss", theme.ACCENT, 2, 1),
+        "max/mean expert load (worst layer)": ("max_mean_load", theme.MOE, 2, 1),
+        "experts with no token in the batch (mean per layer)": ("dead_experts", theme.OKABE_ITO["purple"], 2, 1),
+    }
+
+
+def training_spec(log: pd.DataFrame, unigram: float | None = None, window: int = 25,
+                  theme_type: str | None = None) -> dict:
+    """Loss (train, smoothed, and validation) above, load balance below (both smoothed over `window`
+    steps), on one step axis; the unigram baseline dotted, the MXFP4 phase shaded in both panels."""
+    steps = log["step"].to_numpy().astype(int)
+    data = pd.DataFrame({
+        "step": steps, "loss": log["loss"].to_numpy().astype(float),
+        "loss_mean": log["loss"].rolling(window, min_periods=1).mean().to_numpy(),
+        "max_mean_load": log["max_mean_load"].rolling(window, min_periods=1).mean().to_numpy(),
+        "dead_experts": log["dead_experts"].rolling(window, min_periods=1).mean().to_numpy()})
+    val_loss = pd.to_numeric(log["val_loss"], errors="coerce")
+    validation = pd.DataFrame({"step": steps[val_loss.notna().to_numpy()], "val_loss": val_loss.dropna().to_numpy()})
     quant = log[log["quant"] == 1]
-    if len(quant):
-        for row in (1, 2):
-            fig.add_vrect(x0=quant["step"].min(), x1=log["step"].max(), fillcolor=theme.OKABE_ITO["yellow"],
-                          opacity=0.12, line_width=0, row=row, col=1)
-        fig.add_annotation(x=log["step"].max(), y=1, yref="paper", text="MXFP4 experts (QAT)",
-                           showarrow=False, xanchor="right", yanchor="top", font=dict(size=11))
-    fig.update_xaxes(title="training step", row=2, col=1)
-    fig.update_layout(height=560, margin=dict(l=10, r=10, t=40, b=10), legend=dict(orientation="h", y=-0.15))
-    return fig
+    phase = pd.DataFrame({"start": [int(quant["step"].min())] if len(quant) else [],
+                          "end": [int(log["step"].max())] if len(quant) else [],
+                          "label": ["MXFP4 experts (QAT)"] if len(quant) else []})
+    baseline = pd.DataFrame({"unigram": [float(unigram)] if unigram is not None else [],
+                             "label": ["unigram baseline"] if unigram is not None else []})
+    series = _series(window)
+    names = list(series)
+    ink = theme.ink(theme_type)
+    x_scale = {"domain": [int(steps.min()), int(steps.max())], "nice": False, "zero": False}
+    colour = {"field": "series", "type": "nominal", "title": None,
+              "scale": {"domain": names, "range": [series[n][1] for n in names]},
+              "legend": {"orient": "bottom", "direction": "horizontal", "columns": 3, "labelLimit": 360,
+                         "symbolType": "stroke", "symbolStrokeWidth": 3, "symbolSize": 300,
+                         "symbolOpacity": 1}}
+    # one step axis for both panels: the top one without its labels, as a shared axis
+    x_top = {"field": "step", "type": "quantitative", "title": None, "scale": x_scale,
+             "axis": {"labels": False, "ticks": False}}
+    x_bottom = {"field": "step", "type": "quantitative", "title": "training step", "scale": x_scale,
+                "axis": {"format": "d"}}
+    y_loss = {"type": "quantitative", "title": None, "scale": {"zero": False}}
+    y_load = {"type": "quantitative", "title": None}
+
+    def line(name, x, y, dataset="log", point=False):
+        column, _, width, opacity = series[name]
+        mark = {"type": "line", "strokeWidth": width, "opacity": opacity}
+        if point:
+            mark["point"] = {"size": 30, "filled": True, "opacity": 1}
+        return {"data": {"name": dataset}, "transform": [{"calculate": f"'{name}'", "as": "series"}], "mark": mark,
+                "encoding": {"x": x, "y": {"field": column, **y}, "color": colour}}
+
+    def shade(x):
+        return {"data": {"name": "phase"}, "mark": {"type": "rect", "color": theme.OKABE_ITO["yellow"], "opacity": 0.12},
+                "encoding": {"x": {**x, "field": "start"}, "x2": {"field": "end"},
+                             "tooltip": [{"field": "label", "title": "phase"},
+                                         {"field": "start", "type": "quantitative", "title": "from step"}]}}
+
+    def hover(name, x, y, tooltip):
+        """Every value at the step nearest the pointer, and a thin line at that step."""
+        return [{"data": {"name": "log"}, "mark": {"type": "point", "opacity": 0},
+                 "params": [{"name": name, "select": {"type": "point", "on": "pointerover", "nearest": True,
+                                                      "fields": ["step"], "encodings": ["x"], "clear": "pointerout"}}],
+                 "encoding": {"x": x, "y": y, "tooltip": [{"field": "step", "type": "quantitative"}, *tooltip]}},
+                {"data": {"name": "log"}, "transform": [{"filter": {"param": name, "empty": False}}],
+                 "mark": {"type": "rule", "color": theme.OKABE_ITO["grey"], "strokeWidth": 1},
+                 "encoding": {"x": x}}]
+
+    loss_layers = [
+        shade(x_top),
+        {"data": {"name": "phase"}, "mark": {"type": "text", "align": "right", "baseline": "top", "dx": -4, "y": 4,
+                                             "color": ink},
+         "encoding": {"x": {**x_top, "field": "end"}, "text": {"field": "label"}}},
+        {"data": {"name": "unigram"}, "mark": {"type": "rule", "strokeDash": [2, 3], "strokeWidth": 2,
+                                               "color": theme.OKABE_ITO["vermillion"]},
+         "encoding": {"y": {"field": "unigram", **y_loss},
+                      "tooltip": [{"field": "label", "title": "reference"},
+                                  {"field": "unigram", "type": "quantitative", "title": "nats per token",
+                                   "format": ".3f"}]}},
+        {"data": {"name": "unigram"}, "mark": {"type": "text", "align": "right", "baseline": "bottom", "dy": -3,
+                                               "x": {"expr": "width - 4"}, "color": ink},
+         "encoding": {"y": {"field": "unigram", **y_loss}, "text": {"field": "label"}}},
+        line(names[0], x_top, y_loss),
+        line(names[1], x_top, y_loss),
+        *hover("loss_hover", x_top, {"field": "loss_mean", **y_loss}, [
+            {"field": "loss", "type": "quantitative", "title": "training loss", "format": ".3f"},
+            {"field": "loss_mean", "type": "quantitative", "title": names[1], "format": ".3f"}]),
+        line(names[2], x_top, y_loss, "validation", point=True),
+        # drawn last, so that pointing at a validation point shows its value
+        {"data": {"name": "validation"}, "mark": {"type": "point", "opacity": 0, "size": 150},
+         "encoding": {"x": x_top, "y": {"field": "val_loss", **y_loss},
+                      "tooltip": [{"field": "step", "type": "quantitative"},
+                                  {"field": "val_loss", "type": "quantitative", "title": "validation loss",
+                                   "format": ".3f"}]}},
+    ]
+    load_layers = [
+        shade(x_bottom),
+        line(names[3], x_bottom, y_load),
+        line(names[4], x_bottom, y_load),
+        *hover("load_hover", x_bottom, {"field": "max_mean_load", **y_load}, [
+            {"field": "max_mean_load", "type": "quantitative",
+             "title": f"max/mean load, worst layer ({window}-step mean)", "format": ".2f"},
+            {"field": "dead_experts", "type": "quantitative",
+             "title": f"experts with no token, per layer ({window}-step mean)", "format": ".3f"}]),
+    ]
+    # the panel titles' style in the titles, not the config: presenter mode replaces the config's "title"
+    top = {"title": {"text": LOSS_PANEL, "fontWeight": "normal", "anchor": "middle"},
+           "width": "container", "height": 230, "layer": loss_layers}
+    bottom = {"title": {"text": LOAD_PANEL, "fontWeight": "normal", "anchor": "middle"},
+              "width": "container", "height": 180, "layer": load_layers}
+    return {
+        # both panels "container": ui.vega_chart stretches the stack to the column (ui.stretches); fit-x, so that
+        # the panels with their axes fit the column (Streamlit pads a vconcat of layers, which overflows)
+        "$schema": SCHEMA, "autosize": {"type": "fit-x", "contains": "padding"},
+        "datasets": {"log": data, "validation": validation, "phase": phase, "unigram": baseline},
+        "vconcat": [top, bottom], "spacing": 12,
+        "resolve": {"scale": {"x": "shared", "color": "shared"}},
+        "usermeta": usermeta("model_card_training"),
+    }
 
 
-def bias_figure(log: pd.DataFrame) -> go.Figure:
-    fig = go.Figure(go.Scatter(x=log["step"], y=log["bias_spread"], mode="lines",
-                               line=dict(color=theme.OKABE_ITO["blue"], width=2), name="bias spread"))
-    fig.update_layout(height=260, margin=dict(l=10, r=10, t=10, b=10), xaxis_title="training step",
-                      yaxis_title="max - min balancing bias (mean over layers)")
-    return fig
+def bias_spec(log: pd.DataFrame) -> dict:
+    """The spread of the balancing biases (max - min, mean over layers) per training step."""
+    data = pd.DataFrame({"step": log["step"].to_numpy().astype(int),
+                         "bias_spread": log["bias_spread"].to_numpy().astype(float)})
+    x = {"field": "step", "type": "quantitative", "title": "training step",
+         "scale": {"domain": [int(data["step"].min()), int(data["step"].max())], "nice": False, "zero": False},
+         "axis": {"format": "d"}}
+    y = {"field": "bias_spread", "type": "quantitative", "title": ["max - min balancing bias", "(mean over layers)"],
+         "scale": {"zero": False}}
+    return {
+        "$schema": SCHEMA, "width": "container", "height": 240,
+        "datasets": {"bias": data}, "data": {"name": "bias"},
+        "layer": [
+            {"mark": {"type": "line", "strokeWidth": 2, "color": theme.OKABE_ITO["blue"]},
+             "encoding": {"x": x, "y": y}},
+            {"mark": {"type": "point", "opacity": 0},
+             "params": [{"name": "bias_hover", "select": {"type": "point", "on": "pointerover", "nearest": True,
+                                                          "fields": ["step"], "encodings": ["x"],
+                                                          "clear": "pointerout"}}],
+             "encoding": {"x": x, "y": y,
+                          "tooltip": [{"field": "step", "type": "quantitative"},
+                                      {"field": "bias_spread", "type": "quantitative", "title": "bias spread",
+                                       "format": ".4f"}]}},
+            {"transform": [{"filter": {"param": "bias_hover", "empty": False}}],
+             "mark": {"type": "rule", "color": theme.OKABE_ITO["grey"], "strokeWidth": 1},
+             "encoding": {"x": x}},
+        ],
+        "usermeta": usermeta("model_card_bias"),
+    }
