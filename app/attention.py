@@ -36,7 +36,7 @@ def schedule(cfg: K3Config) -> pd.DataFrame:
                  else f"caches {fmt_int(per_token)} values per token (grows with the context)")
         name = "Kimi Delta Attention" if kind == "kda" else "gated MLA"
         rows.append({"layer": i, "kind": kind.upper(), "unit": i // 4, "slot": i % 4,
-                     "hover": f"layer {i} (position {i + 1} of {cfg.num_layers})<br>{name}<br>{keeps}"})
+                     "where": f"layer {i} (position {i + 1} of {cfg.num_layers})", "name": name, "keeps": keeps})
     return pd.DataFrame(rows)
 
 
@@ -208,16 +208,17 @@ def cached_decode_counts(ids: tuple[int, ...], steps: int = 3) -> tuple[pd.DataF
 
 
 @st.cache_resource(max_entries=64, show_spinner=False)
-def cached_figure(name: str, *args):
-    """Figures that depend only on the config and a few control values, built once per process (plotly
-    spends ~25-45 ms constructing each). st.plotly_chart only reads them, so sharing is safe."""
+def cached_spec(name: str, theme_type: str | None, *args) -> dict:
+    """Vega-Lite specs that depend only on the config, the theme (the colour of their text) and a few control
+    values, built once per process. st.vega_lite_chart and ui.vega_chart copy a spec before changing it, so
+    sharing one is safe."""
     from app.charts import attention as charts
     full = K3Config.full()
     if name == "stack":
-        return charts.stack_figure(schedule(full))
+        return charts.stack_spec(schedule(full), theme_type)
     if name == "planes":
-        return charts.planes_figure(compression_planes(full))
+        return charts.planes_spec(compression_planes(full), theme_type)
     if name == "memory":
         context, batch = args
-        return charts.memory_figure(memory_curves(full, batch), crossovers(full, batch), context, batch)
-    raise ValueError(f"no figure named {name}")
+        return charts.memory_spec(memory_curves(full, batch), crossovers(full, batch), context, batch, theme_type)
+    raise ValueError(f"no chart named {name}")

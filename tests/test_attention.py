@@ -6,7 +6,8 @@ import torch
 
 from app.attention import (compression_planes, context_grid, crossovers, decode_counts, kda_layer_input,
                            kda_state_trajectory, memory_curves, mla_cache_rows, schedule)
-from app.charts.attention import cache_figure, memory_figure, planes_figure, stack_figure, state_figure
+from app import theme
+from app.charts.attention import cache_spec, memory_spec, planes_spec, stack_spec, state_spec
 from model.config import K3Config
 from model.k3 import K3Model
 
@@ -36,9 +37,21 @@ def test_schedule_is_three_kda_then_one_mla_plus_a_final_mla():
     assert units.groupby("unit").size().eq(4).all() and units["unit"].nunique() == 23
     last = s[s["unit"] == 23]
     assert last["layer"].tolist() == [92] and last["kind"].tolist() == ["MLA"]
-    assert "576 values per token" in s.loc[3, "hover"] and "1,683,456-value state" in s.loc[0, "hover"]
-    fig = stack_figure(s)
-    assert [len(t.x) for t in fig.data] == [69, 24]
+    assert "576 values per token" in s.loc[3, "keeps"] and "1,683,456-value state" in s.loc[0, "keeps"]
+    assert s.loc[3, "where"] == "layer 3 (position 4 of 93)" and s.loc[3, "name"] == "gated MLA"
+    spec = stack_spec(s, "dark")
+    assert spec["usermeta"]["chart"] == "attention_stack"
+    squares = spec["datasets"]["layers"]
+    colour = spec["layer"][0]["encoding"]["color"]["scale"]
+    assert colour["domain"] == ["Kimi Delta Attention: fixed-size state (69 layers)",
+                                "gated MLA: cache grows per token (24 layers)"]
+    assert colour["range"] == [theme.KDA, theme.MLA]
+    assert squares["kind"].value_counts().tolist() == [69, 24] and len(squares) == 93
+    last = squares[squares["layer"] == 92].iloc[0]
+    assert (last["unit"], last["slot"], last["kind"]) == (23, 0, colour["domain"][1])     # the final MLA, alone
+    notes = spec["datasets"]["notes"].set_index("text")["unit"]
+    assert notes["final MLA"] == 23 and "23 repeating units of 3 KDA + 1 MLA" in notes.index
+    assert spec["layer"][1]["mark"]["color"] == theme.INK["dark"]                 # annotations readable in dark mode
 
 
 @pytest.mark.parametrize("layer", [0, 2, 4])
@@ -118,26 +131,66 @@ def test_compression_planes_reproduce_the_claims_and_their_caveats():
     lat = p[p["plane"] == "Latent dispatch"]
     assert (lat["before"].iloc[0], lat["after"].iloc[0], lat["cut"].iloc[0]) == (7168, 3584, 0.5)
     assert lat["before"].iloc[1] == lat["after"].iloc[1] == 57_344 and lat["cut"].iloc[1] == 0
-    fig = planes_figure(p)
-    assert len(fig.data) == 1 and len(fig.data[0].x) == 7 and max(fig.data[0].x) == 100
+    spec = planes_spec(p, "light")
+    bars = spec["datasets"]["planes"]
+    assert len(bars) == 7 and bars["cut"].max() == 100 and list(bars["plane"]) == list(p["plane"])   # first on top
+    assert bars["text"].iloc[0] == "39,744 → 0 values per token: −100.0%"
+    assert bars["text"].iloc[1] == "24,576 → 576 values per token per layer: −97.7%"
+    assert bars["text"].iloc[6] == "57,344 → 57,344 values per token: no cut"
+    colour = spec["layer"][0]["encoding"]["color"]["scale"]
+    assert dict(zip(colour["domain"], colour["range"]))["MLA latent"] == theme.MLA
+    assert spec["layer"][0]["encoding"]["x"]["scale"]["domain"] == [0, 175]       # room for the labels
 
 
-def test_memory_figure_series_and_marks():
-    cross = crossovers(FULL, 2)
-    fig = memory_figure(memory_curves(FULL, 2), cross, 4096, 2)
-    names = [t.name for t in fig.data]
-    assert names[:3] == ["K3 hybrid: 69 KDA states + 24 MLA latent caches", "all MLA: 93 latent caches",
-                         "all MHA: 93 layers, 96 heads x 128"]
-    assert "crossover" in names and len(fig.data[names.index("crossover")].x) == 2
-    assert fig.layout.xaxis.type == "log" and fig.layout.yaxis.type == "log"
-    marks = fig.data[-1]
-    assert list(marks.x) == [4096] * 3
+def _tick_label(axis: dict, value: float) -> str:
+    """What the axis' labelExpr (names[indexof(powers, round(log(v) / log(base)))]) shows at a tick."""
+    import ast
+    import re
+    names, powers, base = re.fullmatch(r"(\[.*\])\[indexof\((\[.*\]), round\(log\(datum.value\) / log\((\d+)\)\)\)\]",
+                                       axis["labelExpr"]).groups()
+    return ast.literal_eval(names)[ast.literal_eval(powers).index(round(np.log(value) / np.log(int(base))))]
 
 
-def test_state_and_cache_figures():
-    s = state_figure(np.eye(4), 1.0, "t")
-    assert np.asarray(s.data[0].z).shape == (4, 4) and s.data[0].zmid == 0
+def test_memory_spec_series_and_marks():
+    spec = memory_spec(memory_curves(FULL, 2), crossovers(FULL, 2), 4096, 2)
+    lines = spec["layer"][2]
+    assert lines["mark"]["type"] == "line"
+    assert lines["encoding"]["color"]["scale"]["domain"] == [
+        "K3 hybrid: 69 KDA states + 24 MLA latent caches", "all MLA: 93 latent caches", "all MHA: 93 layers, 96 heads x 128"]
+    x, y = lines["encoding"]["x"], lines["encoding"]["y"]
+    assert x["scale"]["type"] == "log" and y["scale"]["type"] == "log" and "batch 2" in y["title"]
+    cross = spec["datasets"]["crossovers"].set_index("versus")
+    assert 2_922 < cross.loc["all MLA", "tokens"] < 2_923 and 51 < cross.loc["all MHA", "tokens"] < 52
+    assert cross.loc["all MLA", "label"] == "hybrid = all MLA at 2,923 tokens"
+    at = spec["datasets"]["at_context"].set_index("design")
+    assert list(at["tokens"]) == [4096] * 3
+    assert at.loc["K3 hybrid", "bytes"] == 2 * 2 * (116_158_464 + 13_824 * 4096)      # batch 2, bf16
+    assert at.loc["all MHA", "bytes"] == 2 * 2 * 93 * 24_576 * 4096
+    assert spec["datasets"]["context"]["tokens"].tolist() == [4096]
+    # the tick labels name the ticks (a labelExpr that picks the wrong name can fail silently in the browser)
+    assert [_tick_label(x["axis"], v) for v in (1, 16, 1024, 65_536, 2 ** 20)] == ["1", "16", "1K", "64K", "1M"]
+    assert [_tick_label(y["axis"], v) for v in (1e6, 1e9, 1e12)] == ["1.0 MB", "1.0 GB", "1.0 TB"]
+    assert min(y["axis"]["values"]) >= y["scale"]["domain"][0] and max(y["axis"]["values"]) <= y["scale"]["domain"][1]
+    hover = spec["layer"][3]
+    assert hover["mark"]["opacity"] == 0 and [t["field"] for t in hover["encoding"]["tooltip"]] == ["design", "tokens", "cache"]
+
+
+def test_state_and_cache_specs():
+    s = state_spec(np.diag([1.0, -0.5, 0.0, 0.25]), 2.0, "t")
+    cells = s["datasets"]["state"]
+    assert len(cells) == 16 and s["width"] == s["height"]                   # square cells, d_k = d_v
+    diag = cells[cells["key"] == cells["value"]].sort_values("key")["S"].tolist()
+    assert diag == [1.0, -0.5, 0.0, 0.25] and cells[cells["key"] != cells["value"]]["S"].eq(0).all()
+    colour = s["encoding"]["color"]["scale"]
+    assert colour["domain"] == [-2.0, 2.0]                                  # fixed: colours compare across tokens
+    assert colour["scheme"] == "redblue" and colour["reverse"]              # blue < 0 < red
     rows = np.arange(30, dtype=float).reshape(6, 5)
-    c = cache_figure(rows, 2, 4, list("abcdef"), "t")
-    z = np.asarray(c.data[0].z, dtype=float)
-    assert np.isfinite(z[:2]).all() and np.isnan(z[2:]).all()              # only 2 rows written so far
+    c = cache_spec(rows, 2, 4, ["a", "b", "\n", "d", "e", "f"], "t")
+    cache = c["datasets"]["cache"]
+    assert len(cache) == 10 and sorted(cache["token"].unique()) == [0, 1]   # only 2 rows written so far
+    assert cache.sort_values(["token", "column"])["value"].tolist() == list(range(10))
+    assert set(cache[cache["column"] < 4]["part"]) == {"latent c"} and set(cache[cache["column"] == 4]["part"]) == {"k_rope"}
+    y = c["layer"][0]["encoding"]["y"]
+    assert y["scale"]["domain"] == ["0 a", "1 b", "2 ↵", "3 d", "4 e", "5 f"]  # every token has its row, labelled
+    assert c["datasets"]["split"]["x"].tolist() == [3.5]                     # between the latent and k_rope
+    assert c["layer"][0]["encoding"]["color"]["scale"]["domain"] == [-29.0, 29.0]

@@ -1,38 +1,29 @@
 """AppTest of the Hybrid attention & memory page: its charts and series, the memory chart's K3 point
 against the accounting, measured cache counts, and bad prompts and link parameters."""
-import base64
 import json
 
-import numpy as np
 import pytest
-from tests.conftest import open_app_page
+from tests.conftest import open_app_page, vega_datasets
 
 from model import memory
 from model.config import K3Config
 
 PAGE = "views/attention.py"
+CHARTS = ["attention_stack", "attention_state", "attention_cache", "attention_memory", "attention_planes"]
 
 
-def values(arr):
-    """A plotly 7 array from the JSON spec: a list, or {"dtype", "bdata"} (base64, little endian)."""
-    if isinstance(arr, dict):
-        out = np.frombuffer(base64.b64decode(arr["bdata"]), dtype=np.dtype(arr["dtype"]).newbyteorder("<"))
-        shape = arr.get("shape")
-        return out.reshape([int(n) for n in str(shape).split(",")]) if shape else out
-    return np.asarray(arr)
+def charts(at) -> dict[str, tuple[dict, dict]]:
+    """The page's Vega-Lite charts by name: (spec, datasets as data frames), in page order."""
+    out = {}
+    for el in at.get("vega_lite_chart"):
+        spec = json.loads(el.proto.spec)
+        out[spec["usermeta"]["chart"]] = (spec, vega_datasets(el))
+    return out
 
 
-def charts(at) -> list[dict]:
-    return [json.loads(el.proto.spec) for el in at.get("plotly_chart")]
-
-
-def trace_names(at) -> list[list[str]]:
-    return [[t.get("name") for t in spec["data"]] for spec in charts(at)]
-
-
-def memory_chart(at) -> dict:
-    return next(s for s in charts(at)
-                if any(str(t.get("name", "")).startswith("K3 hybrid") for t in s["data"]))
+def hybrid_curve(at):
+    curves = charts(at)["attention_memory"][1]["curves"]
+    return curves[curves["design"] == "K3 hybrid"].sort_values("tokens")
 
 
 def open_page(params: dict | None = None):
@@ -45,22 +36,27 @@ def page():
 
 
 def test_every_chart_is_there_with_its_series(page):
-    names = trace_names(page)
-    assert len(names) == 5
-    assert names[0] == ["Kimi Delta Attention: fixed-size state (69 layers)",
-                        "gated MLA: cache grows per token (24 layers)"]
-    assert names[1] == ["KDA state"] and names[2] == ["MLA latent cache"]
-    assert names[3][:4] == ["K3 hybrid: 69 KDA states + 24 MLA latent caches", "all MLA: 93 latent caches",
-                            "all MHA: 93 layers, 96 heads x 128", "crossover"]
-    assert names[4] == ["cut"]
+    c = charts(page)
+    assert list(c) == CHARTS and not page.get("plotly_chart")
+    stack, layers = c["attention_stack"][0], c["attention_stack"][1]["layers"]
+    assert stack["layer"][0]["encoding"]["color"]["scale"]["domain"] == [
+        "Kimi Delta Attention: fixed-size state (69 layers)", "gated MLA: cache grows per token (24 layers)"]
+    assert len(layers) == 93 and (layers["kind"].str.startswith("gated MLA")).sum() == 24
+    assert len(c["attention_state"][1]["state"]) == 16 * 16                  # the tiny model's d_k x d_v
+    memory_spec, memory_data = c["attention_memory"]
+    assert memory_spec["layer"][2]["encoding"]["color"]["scale"]["domain"] == [
+        "K3 hybrid: 69 KDA states + 24 MLA latent caches", "all MLA: 93 latent caches", "all MHA: 93 layers, 96 heads x 128"]
+    assert sorted(memory_data["crossovers"]["versus"]) == ["all MHA", "all MLA"]
+    assert len(c["attention_planes"][1]["planes"]) == 7
     assert not page.error
 
 
 def test_memory_chart_k3_point_at_the_published_context_equals_the_accounting(page):
-    hybrid = memory_chart(page)["data"][0]
-    x, y = values(hybrid["x"]), values(hybrid["y"])
-    assert x[-1] == 1_048_576
-    assert y[-1] == memory.hybrid(K3Config.full()).nbytes(1_048_576) == 29_223_346_176
+    hybrid = hybrid_curve(page)
+    assert hybrid["tokens"].iloc[-1] == 1_048_576
+    assert hybrid["bytes"].iloc[-1] == memory.hybrid(K3Config.full()).nbytes(1_048_576) == 29_223_346_176
+    at = charts(page)["attention_memory"][1]["at_context"].set_index("design")
+    assert at.loc["K3 hybrid", "bytes"] == 29_223_346_176 and at["tokens"].eq(1_048_576).all()
     metrics = {m.label: m.value for m in page.metric}
     assert metrics["K3 hybrid at 1M tokens"] == "29.2 GB"
     assert metrics["all MHA at 1M tokens"] == "4.8 TB"
@@ -68,26 +64,26 @@ def test_memory_chart_k3_point_at_the_published_context_equals_the_accounting(pa
 
 def test_batch_slider_scales_the_curves(page):
     page.slider(key="att_batch").set_value(4).run()
-    y = values(memory_chart(page)["data"][0]["y"])
-    assert y[-1] == 4 * 29_223_346_176
+    assert hybrid_curve(page)["bytes"].iloc[-1] == 4 * 29_223_346_176
+    assert "batch 4" in charts(page)["attention_memory"][0]["layer"][2]["encoding"]["y"]["title"]
     assert page.query_params["batch"] == ["4"] or page.query_params["batch"] == "4"
     page.slider(key="att_batch").set_value(1).run()
 
 
 def test_state_keeps_its_size_while_the_cache_grows(page):
     T = len(page.select_slider(key="att_token").options)       # positions 0..T-1, shown as 1..T
-    sizes, written = set(), []
+    sizes, written, rows = set(), [], set()
     for t in (1, T):
         page.select_slider(key="att_token").set_value(t - 1).run()
-        specs = charts(page)
-        sizes.add(values(specs[1]["data"][0]["z"]).shape if isinstance(specs[1]["data"][0]["z"], dict)
-                  else np.asarray(specs[1]["data"][0]["z"]).shape)
-        z = specs[2]["data"][0]["z"]
-        z = np.array([[np.nan if v is None else v for v in row] for row in z], dtype=float) \
-            if isinstance(z, list) else values(z)
-        written.append(int(np.isfinite(z).all(axis=1).sum()))
-    assert sizes == {(16, 16)}
-    assert written == [1, T]
+        c = charts(page)
+        state = c["attention_state"][1]["state"]
+        sizes.add((state["key"].nunique(), state["value"].nunique(), len(state)))
+        cache = c["attention_cache"][1]["cache"]
+        written.append(cache["token"].nunique())
+        assert len(cache) == 20 * t                                           # 16 latent + 4 rope values a row
+        rows.add(len(c["attention_cache"][0]["layer"][0]["encoding"]["y"]["scale"]["domain"]))
+    assert sizes == {(16, 16, 256)}
+    assert written == [1, T] and rows == {T}                                  # every token has a row, written or not
 
 
 def test_measured_cache_counts_match_the_accounting(page):
@@ -104,9 +100,9 @@ def test_empty_prompt_gets_a_message_and_the_k3_scale_charts_stay(page):
     page.text_area(key="prompt_text").set_value("   ").run()
     assert not page.exception
     assert any("empty" in i.value for i in page.info)
-    assert len(trace_names(page)) == 3           # stack, memory, planes
+    assert list(charts(page)) == ["attention_stack", "attention_memory", "attention_planes"]
     page.text_area(key="prompt_text").set_value("<b>x</b> " * 300).run()
-    assert not page.exception and len(trace_names(page)) == 5
+    assert not page.exception and list(charts(page)) == CHARTS
 
 
 def test_bad_link_parameters_are_clamped_with_a_notice():

@@ -148,11 +148,28 @@ def test_evidence_table_and_figures(checks):
     assert ev.loc["Stable LatentMoE", "confidence"] == "mixed"
     assert "7" in ev.loc["Block AttnRes", "claims"] and "14" in ev.loc["Block AttnRes", "claims"]
     assert "2603.15031" in ev.loc["Block AttnRes", "sources"]
-    f = charts.evidence_figure(ev.reset_index(), cl.LEVELS)
-    assert {t.name for t in f.data} == set(cl.LEVELS)
+    spec = charts.evidence_spec(ev.reset_index(), cl.LEVELS, "dark")
+    marks = spec["datasets"]["evidence"].set_index("component")
+    # placed on the axis self-cited (0) < mixed (1) < high (2), and the axis names the places
+    assert marks.loc["KDA", "position"] == 1 and marks.loc["Gated MLA", "position"] == 2
+    assert marks.loc["SiTU-GLU", "position"] == 0 and marks.loc["Quantile Balancing", "label"] == "claims 11"
+    axis = spec["layer"][0]["encoding"]["x"]["axis"]
+    assert axis["values"] == [0, 1, 2] and axis["labelExpr"] == "['self-cited', 'mixed', 'high'][datum.value]"
+    colour = spec["layer"][0]["encoding"]["color"]["scale"]
+    assert dict(zip(colour["domain"], colour["range"])) == {"self-cited": "#D55E00", "mixed": "#E69F00", "high": "#009E73"}
+    # the sources, split into two tooltip rows, are whole: nothing of them is lost
+    for comp in ev.index:
+        rest = marks.loc[comp, "more"]
+        assert marks.loc[comp, "sources"] + ("; " + rest if rest else "") == ev.loc[comp, "sources"]
+    assert spec["layer"][-1]["mark"]["color"] == "#fafafa"                    # labels readable in dark mode
     import pandas as pd
     counts = pd.Series([1, 2, 3, 4], index=list(cl.VERDICTS))
-    assert len(charts.verdict_figure(counts).data[0].y) == 4
+    v = charts.verdict_spec(counts)
+    bars = v["datasets"]["verdicts"]
+    assert bars["verdict"].tolist() == list(cl.VERDICTS) and bars["claims"].tolist() == [1, 2, 3, 4]
+    colour = v["layer"][0]["encoding"]["color"]["scale"]
+    assert dict(zip(colour["domain"], colour["range"]))["does not hold"] == "#D55E00"
+    assert v["layer"][0]["encoding"]["x"]["scale"]["domain"][1] > 4          # room for the count after the longest bar
 
 
 def test_every_claim_has_one_registered_check_and_names_a_page_by_its_url_path():

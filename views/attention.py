@@ -4,9 +4,9 @@ import streamlit as st
 
 from app import live as lv_mod
 from app import state, ui
-from app.attention import (CONTEXTS, cached_decode_counts, cached_figure, cached_trajectory, compression_planes,
+from app.attention import (CONTEXTS, cached_decode_counts, cached_spec, cached_trajectory, compression_planes,
                            crossovers, designs, mla_cache_rows)
-from app.charts.attention import cache_figure, state_figure
+from app.charts.attention import cache_spec, state_spec
 from app.text import fmt_bytes, fmt_int, fmt_tokens, token_text
 from model import memory
 from model.config import K3Config
@@ -34,12 +34,12 @@ ui.page_header(
 )
 
 st.subheader("The 3:1 stack")
-ui.chart(cached_figure("stack"),
-         f"Read down each column: three Kimi Delta Attention layers, then one gated MLA layer, {full.n_mla - 1} "
-         f"times, plus a final MLA ({full.n_kda} KDA + {full.n_mla} MLA = {full.num_layers}, from the config). "
-         "Hover a square for what that layer keeps between tokens at K3 scale.",
-         alt="Grid of K3's 93 layers, 24 columns of four: three KDA layers then one MLA layer per column.",
-         key="att_stack")
+ui.vega_chart(cached_spec("stack", st.context.theme.type),
+              f"Read down each column: three Kimi Delta Attention layers, then one gated MLA layer, {full.n_mla - 1} "
+              f"times, plus a final MLA ({full.n_kda} KDA + {full.n_mla} MLA = {full.num_layers}, from the config). "
+              "Hover a square for what that layer keeps between tokens at K3 scale.",
+              alt="Grid of K3's 93 layers, 24 columns of four: three KDA layers then one MLA layer per column.",
+              key="att_stack")
 
 # ---- live: state vs cache --------------------------------------------------------------------------
 @st.fragment
@@ -69,12 +69,12 @@ def live_section() -> None:
         rows = mla_cache_rows(out, mla_layer)
         left, right = st.columns(2)
         with left:
-            ui.chart(state_figure(states[token - 1], zmax, f"KDA layer {kda_layer}, head {head}: state after "
-                                  f"token {token}"),
-                     f"{cfg.kda_head_dim} x {cfg.kda_head_dim} = {cfg.kda_head_dim ** 2} values after token 1 and after "
-                     f"token {T}: each token decays the rows (forgets) and writes a correction (delta rule). "
-                     "One colour scale for every token, so colours compare across the slider.",
-                     alt="Heatmap of one KDA head's key-by-value state matrix after the chosen token.", key="att_state")
+            ui.vega_chart(state_spec(states[token - 1], zmax, f"KDA layer {kda_layer}, head {head}: state after "
+                                     f"token {token}"),
+                          f"{cfg.kda_head_dim} x {cfg.kda_head_dim} = {cfg.kda_head_dim ** 2} values after token 1 and after "
+                          f"token {T}: each token decays the rows (forgets) and writes a correction (delta rule). "
+                          "One colour scale for every token, so colours compare across the slider.",
+                          alt="Heatmap of one KDA head's key-by-value state matrix after the chosen token.", key="att_state")
             kda_numel = out.cache.layers[kda_layer].numel()
             st.caption(f"Whole layer, measured from its cache object: **{fmt_int(kda_numel)} values** "
                        f"({cfg.kda_heads} heads x {cfg.kda_head_dim} x {cfg.kda_head_dim} state + "
@@ -82,12 +82,12 @@ def live_section() -> None:
                        f"Check: the last state of this token-by-token replay equals the state the prefill's "
                        f"chunked kernel left in the cache (max difference {traj.final_error:.1e}).")
         with right:
-            ui.chart(cache_figure(rows, token, cfg.kv_lora_rank, list(prompt.pieces),
-                                  f"MLA layer {mla_layer}: latent cache after token {token}"),
-                     f"One row of {rows.shape[1]} values per token ({cfg.kv_lora_rank} latent + {cfg.qk_rope_dim} "
-                     f"rope-slice); {token} rows so far, {rows.shape[1] * token} values. At K3 scale a row is "
-                     f"{memory.mla_values_per_token(full)} values.",
-                     alt="Heatmap of an MLA layer's latent cache, one row per token read so far.", key="att_cache")
+            ui.vega_chart(cache_spec(rows, token, cfg.kv_lora_rank, list(prompt.pieces),
+                                     f"MLA layer {mla_layer}: latent cache after token {token}", st.context.theme.type),
+                          f"One row of {rows.shape[1]} values per token ({cfg.kv_lora_rank} latent + {cfg.qk_rope_dim} "
+                          f"rope-slice); {token} rows so far, {rows.shape[1] * token} values. At K3 scale a row is "
+                          f"{memory.mla_values_per_token(full)} values.",
+                          alt="Heatmap of an MLA layer's latent cache, one row per token read so far.", key="att_cache")
             st.caption(f"Measured from the cache object after the whole prompt: **{fmt_int(out.cache.layers[mla_layer].numel())} "
                        f"values** = {T} tokens x {memory.mla_values_per_token(cfg)}.")
 
@@ -120,15 +120,15 @@ def memory_section() -> None:
     batch = view.draw(c2.slider, "batch", "Batch (sequences decoded together)", 1, 256)
     laws = designs(full)
     cross = crossovers(full, batch)
-    ui.chart(cached_figure("memory", context, batch),
-             "Cache bytes (bf16) that must stay in memory to decode the next token, computed by the accounting "
-             "that the tests check against the live model's cache objects. The hybrid starts above zero (its "
-             f"{full.n_kda} fixed KDA states) and then grows {full.num_layers / full.n_mla:.1f}x slower than all-MLA (only "
-             f"{full.n_mla} of {full.num_layers} layers cache); it is smaller from "
-             + " and ".join(f"{r.tokens:,.0f} tokens against {r.versus}" for r in cross.itertuples())
-             + ". Batch scales every line alike, so the crossovers do not move.",
-             alt="Log-log chart of decode-cache bytes against context length for K3's hybrid, all-MLA and all-MHA.",
-             key="att_memory")
+    ui.vega_chart(cached_spec("memory", st.context.theme.type, context, batch),
+                  "Cache bytes (bf16) that must stay in memory to decode the next token, computed by the accounting "
+                  "that the tests check against the live model's cache objects. The hybrid starts above zero (its "
+                  f"{full.n_kda} fixed KDA states) and then grows {full.num_layers / full.n_mla:.1f}x slower than all-MLA (only "
+                  f"{full.n_mla} of {full.num_layers} layers cache); it is smaller from "
+                  + " and ".join(f"{r.tokens:,.0f} tokens against {r.versus}" for r in cross.itertuples())
+                  + ". Batch scales every line alike, so the crossovers do not move.",
+                  alt="Log-log chart of decode-cache bytes against context length for K3's hybrid, all-MLA and all-MHA.",
+                  key="att_memory")
     for col, (name, law) in zip(st.columns(3), laws.items()):
         b = law.nbytes(context, batch)
         col.metric(f"{name} at {fmt_tokens(context)} tokens", fmt_bytes(b),
@@ -144,10 +144,10 @@ memory_section()
 # ---- the four compression planes -------------------------------------------------------------------
 st.subheader("The four compression planes")
 planes = compression_planes(full)
-ui.chart(cached_figure("planes"),
-         "What each mechanism cuts, computed from the configs: the bar is 1 − after / before, the label gives "
-         "the two numbers. Two rows per plane where the commonly quoted figure and the per-unit figure differ.",
-         alt="Horizontal bars: share cut by KDA, MLA, Block AttnRes and latent dispatch, with before and after values.",
-         key="att_planes")
+ui.vega_chart(cached_spec("planes", st.context.theme.type),
+              "What each mechanism cuts, computed from the configs: the bar is 1 − after / before, the label gives "
+              "the two numbers. Two rows per plane where the commonly quoted figure and the per-unit figure differ.",
+              alt="Horizontal bars: share cut by KDA, MLA, Block AttnRes and latent dispatch, with before and after values.",
+              key="att_planes")
 for plane, part in planes.groupby("plane", sort=False):
     st.markdown(f"**{plane}.** " + " ".join(dict.fromkeys(part["explanation"])))

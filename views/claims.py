@@ -5,7 +5,7 @@ import streamlit as st
 
 from app import live as lv_mod
 from app import state, ui
-from app.charts.claims import evidence_figure, verdict_figure
+from app.charts.claims import evidence_spec, verdict_spec
 from app.claims import (LEVEL_MEANING, LEVELS, SOURCE, VERDICT_COLOURS, VERDICT_ICONS, VERDICTS, cached_checks,
                         evidence_table, parse_claim, quote_markdown, verdict_slug)
 from app.navigation import PAGES
@@ -57,8 +57,9 @@ picked = [by_slug[v] for v in view.draw(
     format_func=lambda v: f"{by_slug[v]} ({counts[by_slug[v]]})", disabled=only is not None)]
 c1, c2 = st.columns([2, 3])
 with c1:
-    ui.chart(verdict_figure(counts), "How the claims fare: the counts follow from the computed values below.",
-             alt="Bar chart of the number of claims with each verdict.", key="claims_counts")
+    ui.vega_chart(verdict_spec(counts, st.context.theme.type),
+                  "How the claims fare: the counts follow from the computed values below.",
+                  alt="Bar chart of the number of claims with each verdict.", key="claims_counts")
 with c2:
     table = pd.DataFrame({"#": [c.claim.number for c in checks], "claim": [c.claim.title for c in checks],
                           "verdict": [c.verdict for c in checks]})
@@ -97,9 +98,10 @@ for c in shown:
 # ---- evidence --------------------------------------------------------------------------------------------
 st.subheader("How strong is the evidence behind each component?", anchor="evidence")
 ev = evidence_table(checks)
-ui.chart(evidence_figure(ev, LEVELS),
-         "Each of K3's new components by the strength of the published evidence for it (docs/REFERENCES.md): "
-         + "; ".join(f"{level}, {LEVEL_MEANING[level]}" for level in reversed(LEVELS))
-         + ". Labels list the claims on this page about the component; hover for the sources.",
-         alt="Chart placing six K3 components at evidence levels self-cited, mixed or high.", key="claims_evidence")
+ui.vega_chart(evidence_spec(ev, LEVELS, st.context.theme.type),
+              "Each of K3's new components by the strength of the published evidence for it (docs/REFERENCES.md): "
+              + "; ".join(f"{level}, {LEVEL_MEANING[level]}" for level in reversed(LEVELS))
+              + ". Labels list the claims on this page about the component; hover for the sources.",
+              alt="Chart placing six K3 components at evidence levels self-cited, mixed or high.", key="claims_evidence",
+              table=lambda: ev)
 st.dataframe(ev, hide_index=True, width="stretch")
