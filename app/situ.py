@@ -272,6 +272,23 @@ def chain_summary(table: pd.DataFrame, n_layers: int) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def as_table(df: pd.DataFrame, formats: dict[str, str]) -> pd.DataFrame:
+    """A summary for st.table (plain HTML, which the browser draws far faster than st.dataframe's grid):
+    numbers written with `formats` (column -> format spec), whole numbers without ".0", a missing value
+    as "–", yes/no for flags, the first column as the index (which st.table shows as the row label)."""
+    out = df.copy()
+    for col in out.columns:
+        values = out[col].tolist()
+        if col in formats:
+            out[col] = [format(v, formats[col]) if v is not None and v == v else "–" for v in values]
+        elif out[col].dtype == bool:
+            out[col] = ["yes" if v else "no" for v in values]
+        else:
+            out[col] = ["–" if v is None or (isinstance(v, float) and v != v)       # a layer number, or none
+                        else int(v) if isinstance(v, float) and v.is_integer() else v for v in values]
+    return out.set_index(out.columns[0])
+
+
 # ---- cached wrappers for the page (Streamlit caches; the functions above stay pure) ---------------
 
 

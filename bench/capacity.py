@@ -77,7 +77,7 @@ TEMPLATES = (
 MARKER = "zebra"
 KINDS = {"slider", "checkbox", "button_group", "radio", "selectbox"}
 BUTTONS = {"routing_next", "routing_prev", "routing_knock", "routing_restore", "routing_reset"}
-NEVER = {"routing_play", "presenter_mode", "chart_image_format", "glossary_lookup"}  # animation, sidebar
+NEVER = {"routing_play", "presenter_mode", "glossary_lookup"}  # animation, sidebar
 
 
 # ---- measuring the server -------------------------------------------------------------------------

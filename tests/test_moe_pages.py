@@ -25,22 +25,27 @@ def values(arr):
 
 def test_situ_page_curves_crossing_and_chain():
     at = open_page("views/situ.py")
-    figs = figures(at)
-    assert len(figs) == 6 and all(f["data"] for f in figs)
-    out = figs[0]
-    marker = [t for t in out["data"] if t.get("mode") == "markers+text"]
-    assert len(marker) == 1 and values(marker[0]["x"])[0] == pytest.approx(4.5284, abs=1e-3)   # u = 100
-    situ = next(t for t in out["data"] if t["name"].startswith("SiTU"))
-    assert np.abs(values(situ["y"])).max() <= 100
-    chain = figs[-1]
-    assert sum(t.get("mode") == "lines" for t in chain["data"]) == 4
-    assert chain["layout"]["yaxis"]["type"] == "log"
+    charts = lambda: {json.loads(el.proto.spec)["usermeta"]["chart"]: el for el in at.get("vega_lite_chart")}
+    assert list(charts()) == ["situ_output", "situ_factors", "situ_derivatives", "situ_grid", "situ_hist", "situ_chain"]
+    assert not at.get("plotly_chart")
+    out = vega_datasets(charts()["situ_output"])
+    assert out["crossings"]["g"].tolist() == [pytest.approx(4.5284, abs=1e-3)]               # u = 100
+    assert np.abs(out["curves"]["situ"]).max() <= 100 and out["curves"]["swiglu"].max() > 448
+    hist = vega_datasets(charts()["situ_hist"])["bins"]
+    assert set(hist["activation"]) == {"SiTU-GLU", "SwiGLU"}
+    assert hist.groupby("activation")["count"].sum().nunique() == 1     # the same hidden values, counted twice
+    chain_el = charts()["situ_chain"]
+    chain = vega_datasets(chain_el)["layers"]
+    assert chain["variant"].nunique() == 4 and chain["layer"].max() == 92
+    spec = json.loads(chain_el.proto.spec)
+    assert any(layer["encoding"]["y"]["scale"].get("type") == "log" for layer in spec["layer"]
+               if layer["mark"]["type"] == "line")
     # a wider range and a negative up value: the crossing moves, nothing breaks
     at.slider(key="situ_range").set_value(1000).run()
     at.slider(key="situ_up").set_value(-3).run()
     assert not at.exception
-    marker = [t for t in figures(at)[0]["data"] if t.get("mode") == "markers+text"]
-    assert values(marker[0]["x"])[0] == pytest.approx(448 / 3, rel=1e-6)
+    cross = vega_datasets(charts()["situ_output"])["crossings"]
+    assert cross["g"].tolist() == [pytest.approx(448 / 3, rel=1e-6)] and cross["value"].tolist() == [-448.0]
     assert at.query_params["range"] == ["1000"] or at.query_params["range"] == "1000"
 
 
@@ -85,16 +90,28 @@ def test_parallel_page_shards_and_real_run():
     at = open_page("views/parallel.py")
     metrics = {m.label: m.value for m in at.metric}
     assert metrics["Experts per device"] == "112"
-    figs = figures(at)
-    assert np.array(figs[0]["data"][0]["z"]["bdata"] if isinstance(figs[0]["data"][0]["z"], dict)
-                    else figs[0]["data"][0]["z"]).size > 0
+    charts = lambda: {json.loads(el.proto.spec)["usermeta"]["chart"]: el for el in at.get("vega_lite_chart")}
+    assert set(charts()) == {"parallel_loads", "parallel_fanout", "parallel_traffic", "parallel_bytes"}
+    assert not at.get("plotly_chart")
+    loads = vega_datasets(charts()["parallel_loads"])["loads"]
+    assert len(loads) == 92 * 8                                        # every MoE layer of the live model x 8 devices
+    per_layer = loads.groupby("layer")["pairs"].sum()
+    assert per_layer.nunique() == 1 and per_layer.iloc[0] % 16 == 0    # every token sends its 16 pairs somewhere
+    assert loads.groupby("layer")["ratio"].mean().round(9).eq(1).all()  # relative to an even share
+    traffic = vega_datasets(charts()["parallel_traffic"])["traffic"]
+    assert len(traffic) == 64 and traffic["count"].sum() == per_layer.iloc[0]
     at.select_slider(key="ep_g").set_value(7).run()
     assert {m.label: m.value for m in at.metric}["Experts per device"] == "128"
+    assert len(vega_datasets(charts()["parallel_loads"])["loads"]) == 92 * 7
     at.select_slider(key="ep_run_g").set_value(2).run()
     at.button(key="ep_run").click().run()
     assert not at.exception, [e.value for e in at.exception]
     assert at.success and "equals the single-process layer" in at.success[0].value
     assert "Bytes sent, all ranks" in {m.label for m in at.metric}
+    sent = vega_datasets(charts()["parallel_rank_bytes"])["ranks"]
+    assert sorted(set(sent["rank"])) == [0, 1] and set(sent["part"]) == {"dispatch", "combine"}
+    total = {m.label: m.value for m in at.metric}["Bytes sent, all ranks"]
+    assert int(sent["bytes"].sum()) == int(total.replace(",", ""))    # the chart adds up to the measured total
 
 
 def test_parallel_page_bad_link():

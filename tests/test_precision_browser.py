@@ -43,8 +43,9 @@ def test_moa_slider_moves_the_ratio_and_the_link(server, page):
     page.goto(server + "moe-vs-moa")
     settle(page)
     dismiss_dialog(page)
-    page.wait_for_function("() => (document.querySelector('.js-plotly-plot') || {}).innerText?.includes('MoA / K3 = 8.0x')",
-                           timeout=60_000)                    # 8 agents hold 8 caches
+    # the cost chart is drawn as SVG: its panel titles are text in the page
+    shows = "(text) => [...document.querySelectorAll('.vega-embed svg')].some(s => s.textContent.includes(text))"
+    page.wait_for_function(shows, arg="MoA / K3 = 8.0x", timeout=60_000)      # 8 agents hold 8 caches
     slider = page.get_by_role("slider", name="N dense agents")
     for _ in range(5):                                         # the dialog can come a moment late
         dismiss_dialog(page)
@@ -58,9 +59,30 @@ def test_moa_slider_moves_the_ratio_and_the_link(server, page):
     time.sleep(2)                                              # let the last rerun finish writing the link
     settle(page)
     n = int(re.search(r"[?&]n=(\d+)", page.url).group(1))
-    page.wait_for_function(f"() => document.querySelector('.js-plotly-plot').innerText.includes('MoA / K3 = {n}.0x')",
-                           timeout=60_000)
+    page.wait_for_function(shows, arg=f"MoA / K3 = {n}.0x", timeout=60_000)
     size = int(re.search(r"[?&]size=(\d+)", page.url).group(1))
     assert size == round(2779.48 / n)                          # matched: K3's total / N
+    assert page.locator('[data-testid="stException"]').count() == 0
+    assert not page.js_errors, page.js_errors
+
+
+def test_quant_page_draws_its_vega_charts_and_the_block_chart_follows_the_source(server, page):
+    page.goto(server + "quantization")
+    settle(page)
+    dismiss_dialog(page)
+    page.wait_for_function("() => document.querySelectorAll('.vega-embed canvas.marks').length >= 6", timeout=120_000)
+    assert page.locator(".js-plotly-plot").count() == 0
+    inked = page.evaluate("""[...document.querySelectorAll('.vega-embed canvas.marks')].map(c => {
+        const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
+        let n = 0;
+        for (let i = 0; i < d.length; i += 4 * 97) if (d[i] !== d[0] || d[i + 1] !== d[1] || d[i + 2] !== d[2]) n++;
+        return n; })""")
+    assert len(inked) == 6 and min(inked) > 50, inked
+    block = "document.querySelectorAll('.vega-embed canvas.marks')[1].toDataURL()"      # the block's values
+    page.evaluate(f"() => {{ window.blockBefore = {block}; }}")
+    page.locator("[data-testid=stButtonGroup] button", has_text="worked example").click()
+    page.wait_for_function("() => /[?&]source=example(&|$)/.test(document.location.search)", timeout=60_000)
+    settle(page)
+    page.wait_for_function(f"() => {block} !== window.blockBefore", timeout=60_000)     # redrawn: 11 other values
     assert page.locator('[data-testid="stException"]').count() == 0
     assert not page.js_errors, page.js_errors

@@ -26,22 +26,41 @@ def notices(at):
 
 # ---- Quantization lab ------------------------------------------------------------------------------------
 
+def quant_charts(at):
+    from tests.conftest import vega_datasets
+    return {json.loads(el.proto.spec)["usermeta"]["chart"]: (json.loads(el.proto.spec), vega_datasets(el))
+            for el in at.get("vega_lite_chart")}
+
+
 def test_quant_page_charts_and_experiment_switch():
     at = open_page("views/quant.py")
-    figs = figures(at)
-    assert len(figs) == 6 and all(f["data"] for f in figs)
-    assert figs[0]["layout"]["xaxis2"]["type"] == "log"                         # the E4M3 grid
+    charts = quant_charts(at)
+    assert sorted(charts) == ["quant_behaviour", "quant_block", "quant_errors", "quant_grids", "quant_k3_bytes",
+                              "quant_scales"] and not at.get("plotly_chart")
+    assert all(len(d) for _, data in charts.values() for d in data.values())
+    assert len([d for d in at.get("download_button") if "CSV" in d.proto.label]) == 6
+    grids, data = charts["quant_grids"]
+    assert grids["vconcat"][1]["encoding"]["x"]["scale"]["type"] == "log"         # the E4M3 grid
+    assert len(data["e2m1"]) == 15 and data["e4m3"]["value"].max() == 448
+    # layer 47's routed experts: 896 experts x 4 blocks x 3 matrices, by scale exponent
+    assert charts["quant_scales"][1]["scales"]["blocks"].sum() == 896 * 4 * 3
     metrics = lambda: [m.value for m in at.metric][:3]
-    act = metrics()
+    behaviour = lambda: quant_charts(at)["quant_behaviour"][1]["behaviour"]
+    act, act_layers = metrics(), behaviour()
     assert act[0].endswith("%") and "nats" in act[1]
+    assert set(act_layers["layer"]) == set(range(1, 93))                        # every MoE layer, both texts
     at.segmented_control(key="quant_variant").set_value("router").run()
     assert not at.exception
     assert metrics() != act                                                     # another real forward, other numbers
+    assert not behaviour()["changed"].equals(act_layers["changed"])             # and the chart follows
     assert param(at, "variant") == "router"
     # another block of the chosen layer: the worked example gives X = 1 and the section 7 values
     at.segmented_control(key="quant_source").set_value("example").run()
     table = at.dataframe[0].value
     assert table["X · P"].tolist() == [0, 0, 0.5, 1, 1, 2, 2, 4, 4, -4, 6]
+    points = quant_charts(at)["quant_block"][1]["values"]
+    after = points[points["series"] == "after: X · P"].sort_values("element")
+    assert after["value"].tolist() == [0, 0, 0.5, 1, 1, 2, 2, 4, 4, -4, 6]
 
 
 def test_quant_page_bad_link_values_are_clamped():
@@ -58,16 +77,21 @@ def test_quant_page_bad_link_values_are_clamped():
 # ---- MoE vs Mixture of Agents ------------------------------------------------------------------------------
 
 def test_moa_page_sliders_change_the_ratios():
+    from tests.conftest import vega_datasets
     at = open_page("views/moa.py")
-    figs = figures(at)
-    assert len(figs) == 3 and all(f["data"] for f in figs)
-    titles = lambda: [a["text"] for a in figures(at)[0]["layout"]["annotations"]]
-    before = titles()
-    assert any("MoA / K3 = 8.0x" in t for t in before)                         # 8 agents: 8 caches
+    charts = lambda: {json.loads(el.proto.spec)["usermeta"]["chart"]: el for el in at.get("vega_lite_chart")}
+    assert set(charts()) == {"moa_costs", "moa_sweep", "moa_step"} and not at.get("plotly_chart")
+    assert all(all(len(d) for d in vega_datasets(el).values()) for el in charts().values())
+    titles = lambda: {p["title"]["text"]: p["title"]["subtitle"]
+                      for p in json.loads(charts()["moa_costs"].proto.spec)["hconcat"]}
+    assert titles()["Peak cache memory"] == "MoA / K3 = 8.0x"                 # 8 agents: 8 caches
+    cache = lambda: vega_datasets(charts()["moa_sweep"])["ratios"].query("`ratio of` == 'peak cache'")["ratio"]
+    assert cache().round(6).eq(8).all()                                        # at every prompt length
     at.slider(key="moa_n").set_value(4).run()
     assert not at.exception
     assert at.slider(key="moa_size").value == 695                              # matched: 2,779.5B / 4
-    assert any("MoA / K3 = 4.0x" in t for t in titles())
+    assert titles()["Peak cache memory"] == "MoA / K3 = 4.0x"
+    assert cache().round(6).eq(4).all()
     assert param(at, "n") == "4"
     at.toggle(key="moa_match").set_value(False).run()
     at.slider(key="moa_size").set_value(100).run()
@@ -97,7 +121,12 @@ def claim_headers(at):
 def test_claims_page_lists_every_claim_and_filters():
     at = open_page("views/claims.py")
     assert len(claim_headers(at)) == 15
-    assert len(figures(at)) == 2 and all(f["data"] for f in figures(at))
+    from tests.conftest import vega_datasets
+    charts = {json.loads(el.proto.spec)["usermeta"]["chart"]: vega_datasets(el) for el in at.get("vega_lite_chart")}
+    assert list(charts) == ["claims_verdicts", "claims_evidence"] and not at.get("plotly_chart")
+    verdicts = charts["claims_verdicts"]["verdicts"].set_index("verdict")["claims"]
+    assert verdicts.sum() == 15 and verdicts.to_dict() == at.dataframe[0].value["verdict"].value_counts().to_dict()
+    assert len(charts["claims_evidence"]["evidence"]) == 6
     assert sorted(at.dataframe[0].value["#"]) == list(range(1, 16))
     at.pills(key="claims_verdicts").set_value(["does-not-hold"]).run()
     assert not at.exception

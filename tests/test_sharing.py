@@ -45,17 +45,13 @@ def presenter_sheet(at) -> bool:
     return any("k3-presenter" in h.proto.body for h in at.get("html"))
 
 
-def test_every_chart_has_a_csv_download_and_the_format_switch_reaches_the_toolbar():
-    import json
-    at = open_page("views/situ.py")                                   # plotly charts: the toolbar's camera
-    charts = at.get("plotly_chart")
+def test_every_chart_has_a_csv_download_and_no_page_draws_plotly():
+    at = open_page("views/situ.py")                                   # Vega-Lite charts: Streamlit's toolbar saves PNG
+    charts = at.get("vega_lite_chart")
     downloads = [d for d in at.get("download_button") if "CSV" in d.proto.label]
-    assert len(charts) >= 3 and len(downloads) == len(charts)
-    assert all(json.loads(c.proto.config)["toImageButtonOptions"]["format"] == "png" for c in charts)
-    at.segmented_control(key="chart_image_format").set_value("svg").run()
-    assert all(json.loads(c.proto.config)["toImageButtonOptions"]["format"] == "svg"
-               for c in at.get("plotly_chart"))
-    at = open_page("views/balance.py", {"m": "1024", "steps": "3"})  # Vega-Lite charts: Streamlit's toolbar
+    assert len(charts) == 6 and len(downloads) == len(charts) and not at.get("plotly_chart")
+    assert not at.get("segmented_control") or all(c.proto.label != "Chart downloads" for c in at.get("segmented_control"))
+    at = open_page("views/balance.py", {"m": "1024", "steps": "3"})
     charts = at.get("vega_lite_chart")
     downloads = [d for d in at.get("download_button") if "CSV" in d.proto.label]
     assert len(charts) == 4 and len(downloads) == len(charts) and not at.get("plotly_chart")

@@ -5,10 +5,11 @@ import streamlit as st
 
 from app import live as lv_mod
 from app import state, ui
-from app.charts.situ import chain_figure, derivative_figure, factors_figure, grid_figure, histogram_figure, output_figure
+from app.charts.situ import (chain_spec, curve_table, derivative_spec, factors_spec, grid_spec, grid_table,
+                             histogram_spec, output_spec)
 from model.config import K3Config
-from app.situ import (CAP, FP8_MAX, NAMES, cached_chain, cached_curves, cached_grid, cached_hidden, chain_summary,
-                      histogram_summary, swiglu_crossings)
+from app.situ import (CAP, FP8_MAX, NAMES, as_table, cached_chain, cached_curves, cached_grid, cached_hidden,
+                      chain_summary, histogram_summary, swiglu_crossings)
 
 RANGES = list(range(1, 1001))
 UPS = list(range(-1000, 1001))
@@ -43,6 +44,12 @@ st.caption("g = x W_gate and u = x W_up are the two pre-activations of a GLU fee
            "Published: the form and the constants 4 and 25 (K3 report; self-cited, no independent replication). "
            "Computed: every curve below, by the functions the live model runs (model/activations.py).")
 
+def panels_width() -> int:
+    """Width of the charts with panels side by side (Vega-Lite cannot stretch those to the column): the
+    column without the sidebar, in presenter mode, is about a third wider."""
+    return 1180 if st.session_state.get(ui.K_PRESENT) else 880
+
+
 # ---- curves ----------------------------------------------------------------------------------------
 @st.fragment
 def curves_section() -> None:
@@ -54,28 +61,28 @@ def curves_section() -> None:
                                                               "chart. On: the whole of SwiGLU's range.")
     df = cached_curves(float(R), float(up))
     cross = swiglu_crossings(float(up), FP8_MAX, -float(R), float(R))
-    ui.chart(output_figure(df, up, cross, full),
-             (f"At u = {up}: SiTU-GLU stays within ±{CAP:g} for every g (its up factor is 25·tanh({up}/25) = "
-              f"{25 * math.tanh(up / 25):.2f} here, never more than 25 in size), "
-              "while SwiGLU grows linearly in g. "
-              + (f"SwiGLU crosses {FP8_MAX:g}, E4M3's largest value without a block scale, at g = "
-                 f"{', '.join(f'{g:.4g}' for g in cross)} (computed by bisection on the real function)." if cross else
-                 "In this range SwiGLU stays under 448 in size: widen the range or raise |u|.")),
-             alt="Line chart of SiTU-GLU and SwiGLU against the gate value at a fixed up value, with lines at ±100 and ±448.",
-             key="situ_out")
-    ui.chart(factors_figure(df),
-             "Left: the gate factors. Near 0 they agree (both ≈ g/2 + g²/4); SiTU-GLU's saturates at 4, swish grows "
-             "without bound. The minimum of the SiTU-GLU gate factor is marked (computed on this grid; "
-             "docs/ARCHITECTURE.md section 4). Right: the up factors; SwiGLU passes u through unchanged, "
-             "SiTU-GLU caps it at 25. The y axes stop at three times each bound.",
-             alt="Two line charts: the gate factor of both activations against g, and the up factor against u.",
-             key="situ_factors")
-    ui.chart(derivative_figure(df, up),
-             "Derivatives by torch.autograd through the real functions. SiTU-GLU's gradients fade to 0 far from the "
-             "origin (the price of the bound: a saturated unit learns slowly); SwiGLU's stay near 1 (gate) and exactly "
-             "1 (up), so nothing pulls large values back.",
-             alt="Three line charts of derivatives: of each factor and of the output in g at the chosen up value.",
-             key="situ_derivs")
+    ui.vega_chart(output_spec(df, up, cross, full, st.context.theme.type),
+                  (f"At u = {up}: SiTU-GLU stays within ±{CAP:g} for every g (its up factor is 25·tanh({up}/25) = "
+                   f"{25 * math.tanh(up / 25):.2f} here, never more than 25 in size), "
+                   "while SwiGLU grows linearly in g. "
+                   + (f"SwiGLU crosses {FP8_MAX:g}, E4M3's largest value without a block scale, at g = "
+                      f"{', '.join(f'{g:.4g}' for g in cross)} (computed by bisection on the real function)." if cross else
+                      "In this range SwiGLU stays under 448 in size: widen the range or raise |u|.")),
+                  alt="Line chart of SiTU-GLU and SwiGLU against the gate value at a fixed up value, with lines at ±100 and ±448.",
+                  key="situ_out", table=lambda: curve_table(df, "output"))
+    ui.vega_chart(factors_spec(df, st.context.theme.type, panels_width()),
+                  "Left: the gate factors. Near 0 they agree (both ≈ g/2 + g²/4); SiTU-GLU's saturates at 4, swish grows "
+                  "without bound. The minimum of the SiTU-GLU gate factor is marked (computed on this grid; "
+                  "docs/ARCHITECTURE.md section 4). Right: the up factors; SwiGLU passes u through unchanged, "
+                  "SiTU-GLU caps it at 25. The y axes stop at three times each bound.",
+                  alt="Two line charts: the gate factor of both activations against g, and the up factor against u.",
+                  key="situ_factors", table=lambda: curve_table(df, "factors"))
+    ui.vega_chart(derivative_spec(df, up, panels_width()),
+                  "Derivatives by torch.autograd through the real functions. SiTU-GLU's gradients fade to 0 far from the "
+                  "origin (the price of the bound: a saturated unit learns slowly); SwiGLU's stay near 1 (gate) and exactly "
+                  "1 (up), so nothing pulls large values back.",
+                  alt="Three line charts of derivatives: of each factor and of the output in g at the chosen up value.",
+                  key="situ_derivs", table=lambda: curve_table(df, "derivatives"))
 
 curves_section()
 
@@ -83,12 +90,13 @@ curves_section()
 def plane_section() -> None:
     st.subheader("Both functions over the whole gate × up plane")
     plane = view.draw(st.select_slider, "plane", "Plane range: g and u from − to +", PLANES)
-    ui.chart(grid_figure(cached_grid(float(plane))),
-             f"Colour is the value on a signed log scale shared by both panels (g and u in ±{plane}). Dotted: |value| = 100; "
-             "dashed: |value| = 448. SiTU-GLU's plane never reaches the 448 contour and only approaches 100 in the "
-             "corners; SwiGLU's contours are hyperbolas g·u ≈ constant, beyond which it keeps growing.",
-             alt="Two heatmaps of SiTU-GLU and SwiGLU over gate and up values, with contours at 100 and 448.",
-             key="situ_grid")
+    grid = cached_grid(float(plane))
+    ui.vega_chart(grid_spec(grid, panels_width()),
+                  f"Colour is the value on a signed log scale shared by both panels (g and u in ±{plane}). Dotted: |value| = 100; "
+                  "dashed: |value| = 448. SiTU-GLU's plane never reaches the 448 contour and only approaches 100 in the "
+                  "corners; SwiGLU's contours are hyperbolas g·u ≈ constant, beyond which it keeps growing.",
+                  alt="Two heatmaps of SiTU-GLU and SwiGLU over gate and up values, with contours at 100 and 448.",
+                  key="situ_grid", table=lambda: grid_table(grid))
 
 plane_section()
 
@@ -110,16 +118,16 @@ if prompt is not None:
             values = cached_hidden(prompt.ids, layer, float(hscale))
         summary = histogram_summary(values)
         n_tok = len(prompt.ids)
-        ui.chart(histogram_figure(values, NAMES),
-                 f"Every hidden value of the {cfg.top_k} routed experts of layer {layer} for the {n_tok} tokens "
-                 f"({n_tok} × {cfg.top_k} × {cfg.expert_hidden} = {n_tok * cfg.top_k * cfg.expert_hidden:,} values): the live "
-                 "model's own gate and up pre-activations, passed through SiTU-GLU (what the model runs) and through "
-                 "SwiGLU (the same experts, the activation swapped). At scale 1 the two agree closely: the bound only "
-                 f"matters in the tails. Raise the scale and SwiGLU's tail passes {FP8_MAX:g} (E4M3's largest value before "
-                 f"MXFP8's block scale) while SiTU-GLU's stops at {CAP:g}.",
-                 alt="Overlaid histograms of the experts' hidden activations under SiTU-GLU and SwiGLU.", key="situ_hist")
-        st.dataframe(summary, hide_index=True, width="stretch",
-                     column_config={"max |h|": st.column_config.NumberColumn(format="%.4g")})
+        ui.vega_chart(histogram_spec(values, NAMES, st.context.theme.type),
+                      f"Every hidden value of the {cfg.top_k} routed experts of layer {layer} for the {n_tok} tokens "
+                      f"({n_tok} × {cfg.top_k} × {cfg.expert_hidden} = {n_tok * cfg.top_k * cfg.expert_hidden:,} values): the live "
+                      "model's own gate and up pre-activations, passed through SiTU-GLU (what the model runs) and through "
+                      "SwiGLU (the same experts, the activation swapped). At scale 1 the two agree closely: the bound only "
+                      f"matters in the tails. Raise the scale and SwiGLU's tail passes {FP8_MAX:g} (E4M3's largest value before "
+                      f"MXFP8's block scale) while SiTU-GLU's stops at {CAP:g}.",
+                      alt="Overlaid histograms of the experts' hidden activations under SiTU-GLU and SwiGLU.", key="situ_hist")
+        st.table(as_table(summary, {"values": ",d", "max |h|": ".4g", "over 100": ",d", "over FP8 max 448": ",d"}),
+                 border="horizontal")
         st.caption("Computed from the live model. The gate and up pre-activations are rebuilt from the recorded "
                    "forward (the layer's FFN input, its latent projection, the routed experts' weights); the tests "
                    "check that they reproduce the layer's recorded output.")
@@ -137,18 +145,18 @@ if prompt is not None:
                            format_func={"max_h": "largest |hidden activation|", "rms_out": "RMS of the output"}.get)
         with st.spinner("Pushing the prompt through 92 routed paths, four ways…"):
             table = cached_chain(prompt.ids, float(cscale))
-        ui.chart(chain_figure(table, metric),
-                 f"The prompt's FFN input to layer {cfg.first_dense_layers} goes through the routed path of every MoE "
-                 "layer in turn (router, W_down, the top-16 experts, W_up), each layer's output feeding the next, "
-                 f"with the live weights scaled by {cscale:g}. There is no residual stream and no pre-norm here, so "
-                 "nothing else can absorb growth. Without the RMSNorm before W_up, SwiGLU roughly squares the size of "
-                 "its input at every layer, so it compounds until it overflows. The norm resets the size at every "
-                 "layer, which stops the compounding, but one layer with large weights can still pass 448. SiTU-GLU "
-                 "never exceeds 100, with or without the norm. K3 uses both.",
-                 alt="Log-scale line chart of activation magnitude per layer for four variants of the routed path.",
-                 key="situ_chain_fig")
-        st.dataframe(chain_summary(table, len(cfg.moe_layers)), hide_index=True, width="stretch",
-                     column_config={"largest |h| (inf: overflow)": st.column_config.NumberColumn(format="%.3g")})
+        ui.vega_chart(chain_spec(table, metric, theme_type=st.context.theme.type),
+                      f"The prompt's FFN input to layer {cfg.first_dense_layers} goes through the routed path of every MoE "
+                      "layer in turn (router, W_down, the top-16 experts, W_up), each layer's output feeding the next, "
+                      f"with the live weights scaled by {cscale:g}. There is no residual stream and no pre-norm here, so "
+                      "nothing else can absorb growth. Without the RMSNorm before W_up, SwiGLU roughly squares the size of "
+                      "its input at every layer, so it compounds until it overflows. The norm resets the size at every "
+                      "layer, which stops the compounding, but one layer with large weights can still pass 448. SiTU-GLU "
+                      "never exceeds 100, with or without the norm. K3 uses both.",
+                      alt="Log-scale line chart of activation magnitude per layer for four variants of the routed path.",
+                      key="situ_chain_fig", table=lambda: table)
+        st.table(as_table(chain_summary(table, len(cfg.moe_layers)), {"largest |h| (inf: overflow)": ".3g"}),
+                 border="horizontal")
         st.caption("Computed in float64 with the live weights. The experiment is a stress test of the routed path "
                    "alone; the K3 report states that the routed path (about four chained matmuls) diverged at scale "
                    "without these two changes, and gives no numbers to compare with (published claim, self-cited).")
