@@ -188,11 +188,13 @@ def output_spec(df: pd.DataFrame, up: float, crossings: list[float], full_range:
                                     "tooltip": [{"field": "hover", "title": "crossing"}]}})
         for above in sorted(set(cross["above"]), reverse=True):   # the label below-right at +448, above-right at -448
             layers.append({"data": {"name": "crossings"}, "transform": [{"filter": f"{'' if above else '!'}datum.above"}],
-                           "mark": {"type": "text", "tooltip": None, "align": "left", "baseline": "top" if above else "bottom",
+                           "mark": {"type": "text", "tooltip": None, "align": "left",
+                                    "baseline": "top" if above else "bottom",
                                     "dx": 10, "dy": 6 if above else -6, "color": theme.ink(theme_type)},
                            "encoding": {"x": x, "y": cy, "text": {"field": "label"}}})
     return {"$schema": SCHEMA, "width": "container", "height": 420,
-            "datasets": {"curves": curves, "hover": hover_bands(curves, "g", HOVER_STEPS), "crossings": cross}, "layer": layers,
+            "datasets": {"curves": curves, "hover": hover_bands(curves, "g", HOVER_STEPS), "crossings": cross},
+            "layer": layers,
             "usermeta": usermeta("situ_output")}
 
 
@@ -211,7 +213,8 @@ def _curve_panel(title: str, x_title: str, data: str, fields: tuple[str, str], n
     for i, (field, name) in enumerate(zip(fields, names)):
         y = {"field": field, "type": "quantitative"}
         if i == 0:
-            y |= {"title": None, "scale": {"zero": False, **({"domain": y_domain, "nice": False} if y_domain else {"padding": 8})}}
+            fixed = {"domain": y_domain, "nice": False} if y_domain else {"padding": 8}
+            y |= {"title": None, "scale": {"zero": False, **fixed}}
         layers.append({"mark": {"type": "line", "strokeWidth": 2.5, "clip": True},
                        "encoding": {"x": x, "y": y, "color": {"datum": name, **colour}}})
     layers.insert(0, _hover_layer(hover, f"{data}_hover", x, [
@@ -247,12 +250,14 @@ def factors_spec(df: pd.DataFrame, theme_type: str | None = None, width: int = W
             extra += [{"data": pt, "mark": {"type": "point", "filled": False, "size": 70, "strokeWidth": 2,
                                             "color": theme.ink(theme_type), "opacity": 1},
                        "encoding": {**xy, "tooltip": [{"field": "label", "title": "SiTU-GLU gate factor"}]}},
-                      {"data": pt, "mark": {"type": "text", "tooltip": None, "align": "right", "baseline": "bottom", "dx": -6, "dy": -10,
+                      {"data": pt, "mark": {"type": "text", "tooltip": None, "align": "right", "baseline": "bottom",
+                                            "dx": -6, "dy": -10,
                                             "color": theme.ink(theme_type)},
                        "encoding": {**xy, "text": {"field": "label"}}}]
         panels.append(_curve_panel(title, x_title, "factors", fields, FACTOR_NAMES, f"hover_{key}", tips,
                                    _panel_width(width, 2), _panel_height(width, 300), [lo, max(high, 1.3 * cap)], extra))
-    return {"$schema": SCHEMA, "datasets": {"factors": data, "factors_hover": hover_bands(data, "x", HOVER_STEPS * width // (2 * WIDTH))},
+    hover = hover_bands(data, "x", HOVER_STEPS * width // (2 * WIDTH))
+    return {"$schema": SCHEMA, "datasets": {"factors": data, "factors_hover": hover},
             "hconcat": panels, "spacing": PANEL_GAP,
             "resolve": {"scale": {"x": "independent", "y": "independent"}}, "config": {"title": {"fontWeight": "normal"}},
             "usermeta": usermeta("situ_factors")}
@@ -264,7 +269,8 @@ def derivative_spec(df: pd.DataFrame, up: float, width: int = WIDTH) -> dict:
     data = pd.DataFrame({"x": df["x"].to_numpy()} | {c: df[c].to_numpy() for c in (
         "swiglu_gate_d", "situ_gate_d", "swiglu_up_d", "situ_up_d", "swiglu_dg", "situ_dg")})
     panels = [_curve_panel(title, x_title, "derivatives", (f"swiglu_{key}", f"situ_{key}"), ("SwiGLU", "SiTU-GLU"),
-                           f"hover_{key}", (x_title, f"SwiGLU {title}", f"SiTU-GLU {title}"), _panel_width(width, 3), _panel_height(width, 270))
+                           f"hover_{key}", (x_title, f"SwiGLU {title}", f"SiTU-GLU {title}"), _panel_width(width, 3),
+                           _panel_height(width, 270))
               for key, title, x_title in (("gate_d", "d(gate factor)/dg", "g"), ("up_d", "d(up factor)/du", "u"),
                                           ("dg", f"∂output/∂g at u = {up:g}", "g"))]
     return {"$schema": SCHEMA, "datasets": {"derivatives": data,
@@ -405,7 +411,8 @@ def grid_spec(grid: dict, width: int = WIDTH) -> dict:
                             "width": pw, "height": ph, "tooltip": None},        # px: a concat has no "width" signal
                    "encoding": {"url": {"field": "url", "type": "nominal"}, "x": {"value": 0}, "y": {"value": 0}}},
                   {"data": {"name": f"cells_{key}"}, "mark": {"type": "rect", "opacity": 0, "clip": True},
-                   "encoding": {"x": {**x, "field": "g0"}, "x2": {"field": "g1"}, "y": {**y, "field": "u0"}, "y2": {"field": "u1"},
+                   "encoding": {"x": {**x, "field": "g0"}, "x2": {"field": "g1"},
+                                "y": {**y, "field": "u0"}, "y2": {"field": "u1"},
                                 "color": {"field": "signed_log", "type": "quantitative", "title": "value",
                                           "scale": {"domain": [-top, 0, top], "range": GRID_SCALE, "interpolate": "rgb"},
                                           "legend": {"orient": "right", "values": ticks, "labelExpr": label_expr,
@@ -427,7 +434,8 @@ def grid_spec(grid: dict, width: int = WIDTH) -> dict:
             at = right.iloc[int(np.argmin(np.abs(right["g"] - right["u"])))] if len(right) else part.iloc[len(part) // 2]
             label = {"data": {"values": [{"g": float(at["g"]), "u": float(at["u"]), "label": f"|value| = {level:g}"}]},
                      "encoding": {"x": x, "y": y, "text": {"field": "label"}}}
-            text = {"type": "text", "tooltip": None, "align": "left", "baseline": "bottom", "dx": 5, "dy": -3, "fontWeight": "bold"}
+            text = {"type": "text", "tooltip": None, "align": "left", "baseline": "bottom", "dx": 5, "dy": -3,
+                    "fontWeight": "bold"}
             layers += [{**label, "mark": {**text, "color": HALO, "stroke": HALO, "strokeWidth": 4, "strokeJoin": "round"}},
                        {**label, "mark": {**text, "color": colour}}]     # a light halo: readable on any cell
         panels.append({"title": title, "width": pw, "height": ph, "layer": layers})
@@ -490,7 +498,8 @@ def histogram_spec(values: dict[str, np.ndarray], names: dict[str, str], theme_t
         layers += [{"data": data, "mark": {"type": "rule", "color": m["colour"], "strokeDash": m["dash"], "strokeWidth": 1.5},
                     "encoding": {"x": {"field": "x", "type": "quantitative"},
                                  "tooltip": [{"field": "label", "title": "|h| limit"}]}},
-                   {"data": data, "mark": {"type": "text", "tooltip": None, "align": "left", "baseline": "top", "dx": 4, "y": 2,
+                   {"data": data, "mark": {"type": "text", "tooltip": None, "align": "left", "baseline": "top",
+                                           "dx": 4, "y": 2,
                                            "color": m["colour"]},
                     "encoding": {"x": {"field": "x", "type": "quantitative"}, "text": {"field": "label"}}}]
     return {"$schema": SCHEMA, "width": "container", "height": 360, "datasets": {"bins": bins}, "layer": layers,
@@ -584,8 +593,10 @@ def chain_spec(table: pd.DataFrame, metric: str = "max_h", ceiling: float = 1e6,
         if rows:
             layers += [{"data": {"name": data}, "mark": {"type": "point", "shape": shape, "filled": True, "size": 150,
                                                          "opacity": 1},
-                        "encoding": {"x": x, "y": y, "fill": fill, "tooltip": [{"field": "hover", "title": "off the chart"}]}},
-                       {"data": {"name": data}, "mark": {"type": "text", "tooltip": None, "align": "left", "baseline": baseline, "dx": 10,
+                        "encoding": {"x": x, "y": y, "fill": fill,
+                                     "tooltip": [{"field": "hover", "title": "off the chart"}]}},
+                       {"data": {"name": data}, "mark": {"type": "text", "tooltip": None, "align": "left",
+                                                         "baseline": baseline, "dx": 10,
                                                          "color": theme.ink(theme_type)},
                         "encoding": {"x": x, "y": y, "text": {"field": "label"}}}]
     columns = ["variant", "layer", "value", "colour", "label", "hover"]
