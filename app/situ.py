@@ -284,8 +284,11 @@ def as_table(df: pd.DataFrame, formats: dict[str, str]) -> pd.DataFrame:
         elif out[col].dtype == bool:
             out[col] = ["yes" if v else "no" for v in values]
         else:
-            out[col] = ["–" if v is None or (isinstance(v, float) and v != v)       # a layer number, or none
-                        else int(v) if isinstance(v, float) and v.is_integer() else v for v in values]
+            missing = [v is None or (isinstance(v, float) and v != v) for v in values]   # a layer number, or none
+            whole = [int(v) if isinstance(v, float) and not m and v.is_integer() else v for v, m in zip(values, missing)]
+            # a column with a missing value is all text: a mix of numbers and "–" is no Arrow column (Streamlit
+            # would log a traceback and convert it itself on every run)
+            out[col] = ([("–" if m else str(v)) for v, m in zip(whole, missing)] if any(missing) else whole)
     return out.set_index(out.columns[0])
 
 

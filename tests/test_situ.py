@@ -344,8 +344,10 @@ def test_summary_tables_for_the_page():
     summary = chain_summary(pd.DataFrame(rows), 5)
     table = as_table(summary, {"largest |h| (inf: overflow)": ".3g"})
     assert list(table.index) == ["a", "b"]                                  # the variant labels the rows
-    assert table.loc["a"].tolist() == [3, "inf", 3, 3, "yes"]               # overflowed at layer 3 of 5
+    assert table.loc["a"].tolist() == [3, "inf", 3, "3", "yes"]             # overflowed at layer 3 of 5
     assert table.loc["b"].tolist() == [5, "1e+05", 3, "–", "no"]            # never past 3.4e38: no layer
+    import pyarrow as pa
+    pa.Table.from_pandas(table)          # every column is one Arrow type (a number/"–" mix is not)
     hist = as_table(pd.DataFrame([{"activation": "SwiGLU", "values": 12345, "max |h|": 512.3456}]),
                     {"values": ",d", "max |h|": ".4g"})
     assert hist.loc["SwiGLU"].tolist() == ["12,345", "512.3"]
