@@ -109,6 +109,30 @@ def _csv_button(table, alt: str, key: str | None, help: str) -> None:
                        icon=":material/download:", help=help)
 
 
+# Text shown as it is (line breaks, indentation), monospace, in a box: st.text with this static style. Not st.code,
+# whose syntax highlighter (every Prism grammar, ~1.5 MB) the browser loads and evaluates on each page load that
+# shows one: ~0.4-0.5 s of a Model card reload on this machine (a CPU profile of the reload).
+PLAIN_CSS = """
+<style id="k3-plain">
+[class*="st-key-k3-plain"] [data-testid="stText"] span { font-family: "Source Code Pro", ui-monospace, monospace;
+  font-size: 0.875rem; line-height: 1.5; }
+</style>
+"""
+
+
+# st.text dedents its body and strips it (textwrap.dedent, str.strip): a leading invisible word joiner, which is
+# neither, keeps the first line's indentation and so every line's.
+VERBATIM = "\u2060"
+
+
+def plain_blocks(texts, key: str) -> None:
+    """Each text verbatim (never parsed as Markdown or HTML), monospace, in its own bordered box."""
+    st.html(PLAIN_CSS)
+    for i, text in enumerate(texts):
+        with st.container(border=True, key=f"k3-plain-{key}-{i}"):
+            st.text(VERBATIM + text)
+
+
 def _own_text_typed(view: state.View) -> None:
     """The text box changed: a text that is no preset's is the person's own."""
     from app.live import PRESETS

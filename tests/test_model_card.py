@@ -35,8 +35,7 @@ def test_training_chart_marks_the_quantised_phase():
     top, bottom = spec["vconcat"]
     assert top["title"]["text"].startswith("cross-entropy") and bottom["title"]["text"] == "expert load balance"
     assert spec["resolve"]["scale"]["x"] == "shared"
-    drawn = lambda panel: {l["transform"][0]["calculate"].strip("'") for l in panel["layer"]
-                           if l["mark"]["type"] == "line"}
+    drawn = lambda panel: {l["encoding"]["color"]["datum"] for l in panel["layer"] if l["mark"]["type"] == "line"}
     assert drawn(top) == {"training loss", "training loss (25-step mean)", "validation loss"}
     assert drawn(bottom) == {"max/mean expert load (worst layer)", "experts with no token in the batch (mean per layer)"}
     assert any(l["data"]["name"] == "phase" and l["mark"]["type"] == "rect" for l in bottom["layer"])
@@ -162,3 +161,11 @@ def test_card_page_draws_its_training_charts_with_vega():
     assert len(training["validation"]) == pd.to_numeric(log["val_loss"], errors="coerce").notna().sum()
     downloads = [d for d in at.get("download_button") if "CSV" in d.proto.label]
     assert len(downloads) >= 2
+    # the greedy continuations verbatim (their line breaks and indentation kept), as plain text, not st.code
+    from app.ui import VERBATIM
+    shown = [t.value.removeprefix(VERBATIM) for t in at.text]
+    for g in ev["greedy_samples"]:
+        assert (g["prompt"] + g["text"]).rstrip() in shown          # trailing blanks are not drawn anyway
+    for entry in ev["next_tokens"].values():
+        assert (entry["prompt"] + entry["greedy"]).rstrip() in shown
+    assert not at.code

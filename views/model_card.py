@@ -153,8 +153,7 @@ if ev:
         "it is set from, not of every stretch of text.")
     st.markdown("**Greedy continuations** (the model picks its most likely next token 40 times), from a "
                 "prompt inside code and from the start of a docstring sentence:")
-    for g in ev.get("greedy_samples", []):
-        st.code(g["prompt"] + g["text"], language=None)
+    ui.plain_blocks([g["prompt"] + g["text"] for g in ev.get("greedy_samples", [])], "greedy")
     if card:
         st.caption(f"A tiny model, trained for {MINUTES} minutes on {card.get('hardware', 'a CPU')}: expect "
                    "plausible Python-documentation texture, not sense.")
@@ -166,8 +165,7 @@ if ev:
         if all(entry.get("greedy") is not None for entry in nxt.values()):
             st.markdown("From the same two prompts, what it writes when it keeps taking its most likely token "
                         "(24 tokens, greedy):")
-            for entry in nxt.values():
-                st.code(entry["prompt"] + entry["greedy"], language=None)
+            ui.plain_blocks([entry["prompt"] + entry["greedy"] for entry in nxt.values()], "next")
         if card and card.get("data", {}).get("train_tokens"):
             epochs = card.get("tokens_seen", 0) / card["data"]["train_tokens"]
             st.caption(f"␣ is a space, ↵ a line break. This instance saw {epochs:.1f} passes over its training "

@@ -44,7 +44,7 @@ def training_spec(log: pd.DataFrame, unigram: float | None = None, window: int =
     names = list(series)
     ink = theme.ink(theme_type)
     x_scale = {"domain": [int(steps.min()), int(steps.max())], "nice": False, "zero": False}
-    colour = {"field": "series", "type": "nominal", "title": None,
+    colour = {"type": "nominal", "title": None,
               "scale": {"domain": names, "range": [series[n][1] for n in names]},
               "legend": {"orient": "bottom", "direction": "horizontal", "columns": 3, "labelLimit": 360,
                          "symbolType": "stroke", "symbolStrokeWidth": 3, "symbolSize": 300,
@@ -62,8 +62,9 @@ def training_spec(log: pd.DataFrame, unigram: float | None = None, window: int =
         mark = {"type": "line", "strokeWidth": width, "opacity": opacity}
         if point:
             mark["point"] = {"size": 30, "filled": True, "opacity": 1}
-        return {"data": {"name": dataset}, "transform": [{"calculate": f"'{name}'", "as": "series"}], "mark": mark,
-                "encoding": {"x": x, "y": {"field": column, **y}, "color": colour}}
+        # the series as a constant datum of the shared colour scale (no per-row expression for Vega to evaluate)
+        return {"data": {"name": dataset}, "mark": mark,
+                "encoding": {"x": x, "y": {"field": column, **y}, "color": {"datum": name, **colour}}}
 
     def shade(x):
         return {"data": {"name": "phase"}, "mark": {"type": "rect", "color": theme.OKABE_ITO["yellow"], "opacity": 0.12},
