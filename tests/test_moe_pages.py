@@ -112,6 +112,11 @@ def test_parallel_page_shards_and_real_run():
     assert sorted(set(sent["rank"])) == [0, 1] and set(sent["part"]) == {"dispatch", "combine"}
     total = {m.label: m.value for m in at.metric}["Bytes sent, all ranks"]
     assert int(sent["bytes"].sum()) == int(total.replace(",", ""))    # the chart adds up to the measured total
+    # the torchrun commands are drawn only while their expander is open (st.code's highlighter is costly to load)
+    assert not at.code
+    at.session_state["ep_torchrun"] = True
+    at.run()
+    assert len(at.code) == 1 and "torchrun --standalone --nproc-per-node 4 -m model.parallel" in at.code[0].value
 
 
 def test_parallel_page_bad_link():

@@ -167,13 +167,16 @@ def layer_sections() -> None:
                      column_config={"layer time (ms)": st.column_config.NumberColumn(format="%.2f")})
     else:
         st.caption("Nothing run yet for these settings. A run takes about 5–30 s here, mostly process start-up.")
-    with st.expander("The same code across machines (torchrun)"):
-        st.markdown("`model/parallel.py` is also a torchrun entry point; every machine needs the repository and the "
-                    "problem file at the same path.")
-        st.code("python -m model.parallel --make-problem /tmp/ep_problem.safetensors --layer 5 --tokens 64\n"
-                "torchrun --standalone --nproc-per-node 4 -m model.parallel --problem /tmp/ep_problem.safetensors\n"
-                "# two machines, 4 processes each (node-rank 1 on the second machine):\n"
-                "torchrun --nnodes 2 --nproc-per-node 4 --node-rank 0 --master-addr 10.0.0.1 --master-port 29500 \\\n"
-                "    -m model.parallel --problem /tmp/ep_problem.safetensors", language="bash")
+    # drawn only while open (opening it reruns the page): st.code's highlighter costs ~0.4 s of every page load
+    torchrun = st.expander("The same code across machines (torchrun)", key="ep_torchrun", on_change="rerun")
+    if torchrun.open:
+        with torchrun:
+            st.markdown("`model/parallel.py` is also a torchrun entry point; every machine needs the repository and the "
+                        "problem file at the same path.")
+            st.code("python -m model.parallel --make-problem /tmp/ep_problem.safetensors --layer 5 --tokens 64\n"
+                    "torchrun --standalone --nproc-per-node 4 -m model.parallel --problem /tmp/ep_problem.safetensors\n"
+                    "# two machines, 4 processes each (node-rank 1 on the second machine):\n"
+                    "torchrun --nnodes 2 --nproc-per-node 4 --node-rank 0 --master-addr 10.0.0.1 --master-port 29500 \\\n"
+                    "    -m model.parallel --problem /tmp/ep_problem.safetensors", language="bash")
 
 layer_sections()
