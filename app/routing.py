@@ -271,14 +271,14 @@ def expert_on_prompt(out: K3Output, layer: int, expert: int, pieces: list[str], 
 
 
 def as_table(df: pd.DataFrame) -> pd.DataFrame:
-    """A small table for st.table (plain HTML, which the browser redraws far faster than st.dataframe's
-    grid): probabilities to 3 decimals, yes/no marks, the index hidden."""
+    """A small table for app.text.md_table (one Markdown element, which the browser redraws far faster than
+    st.dataframe's grid or st.table's Markdown element per cell): probabilities to 3 decimals, yes/no marks."""
     out = df.copy()
     if "router probability" in out:
         out["router probability"] = [f"{p:.3f}" for p in out["router probability"]]
     if "chose it" in out:
         out["chose it"] = ["✓" if c else "–" for c in out["chose it"]]
-    return out.set_index(out.columns[0])
+    return out
 
 
 # ---- the held-out sample --------------------------------------------------------------------------

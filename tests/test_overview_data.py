@@ -88,3 +88,17 @@ def test_text_helpers():
     assert fmt_params(2_779_484_393_568) == "2.8T" and fmt_params(104_189_530_208) == "104.2B"
     escaped = md_escape("<b>**x**</b>\x00" + "a" * 200)
     assert "<b>" not in escaped and "\\*\\*" in escaped and "\x00" not in escaped and len(escaped) < 200
+
+
+def test_markdown_table_keeps_its_columns_and_makes_cells_inert():
+    import re
+    import pandas as pd
+    from app.text import md_table
+    df = pd.DataFrame({"token": ["a|b", "<script>x</script>", "**bold** `c`", "", "&lt;"], "p": ["0.5"] * 5})
+    lines = md_table(df).splitlines()
+    assert len(lines) == 2 + len(df) and lines[0] == "| token | p |" and set(lines[1]) <= set("|- ")
+    for line in lines:                       # every row splits into the header's two columns at unescaped pipes
+        assert len(re.split(r"(?<!\\)\|", line)) == 4
+    body = "\n".join(lines[2:])
+    assert "<script>" not in body and "**" not in body.replace("\\*", "") and "`" not in body.replace("\\`", "")
+    assert "\\&lt;" in body and "\u00a0" in lines[5]         # an entity stays as typed; an empty cell keeps its place

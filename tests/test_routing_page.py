@@ -81,6 +81,11 @@ def test_knocked_out_expert_is_never_outlined():
     before = outlined(at)
     victim = at.number_input(key="routing_expert").value       # the panel opens on the token's first expert
     assert victim in before
+    # the panel's two tables, each one Markdown table: the prompt's 8 tokens scoring it highest, then the held-out ones
+    tables = [m.value for m in at.markdown if m.value.startswith("| ")]
+    assert [t.splitlines()[0] for t in tables] == ["| position | token | router probability | chose it |",
+                                                   "| token | in context | router probability | chose it |"]
+    assert all(len(t.splitlines()) == 2 + 8 for t in tables)
     at.button(key="routing_knock").click().run()            # "Knock out" in the expert panel
     ok(at)
     assert at.text_input(key="routing_ko").value == str(victim)
