@@ -273,9 +273,10 @@ def chain_summary(table: pd.DataFrame, n_layers: int) -> pd.DataFrame:
 
 
 def as_table(df: pd.DataFrame, formats: dict[str, str]) -> pd.DataFrame:
-    """A summary for st.table (plain HTML, which the browser draws far faster than st.dataframe's grid):
-    numbers written with `formats` (column -> format spec), whole numbers without ".0", a missing value
-    as "–", yes/no for flags, the first column as the index (which st.table shows as the row label)."""
+    """A summary for app.text.md_table (one Markdown element, which the browser draws far faster than
+    st.dataframe's grid or st.table's element per cell): numbers written with `formats` (column -> format spec),
+    whole numbers without ".0", a missing value as "–", yes/no for flags, the first column as the index (the
+    row label; the page shows it as the first column)."""
     out = df.copy()
     for col in out.columns:
         values = out[col].tolist()

@@ -40,6 +40,10 @@ def test_situ_page_curves_crossing_and_chain():
     spec = json.loads(chain_el.proto.spec)
     assert any(layer["encoding"]["y"]["scale"].get("type") == "log" for layer in spec["layer"]
                if layer["mark"]["type"] == "line")
+    # the two summaries as Markdown tables: a row per activation, then a row per variant of the chain (its 4)
+    tables = [m.value.splitlines() for m in at.markdown if m.value.startswith("| ")]
+    assert [t[0].split(" | ")[0] for t in tables] == ["| activation", "| variant"]
+    assert len(tables[0]) == 2 + 2 and len(tables[1]) == 2 + 4
     # a wider range and a negative up value: the crossing moves, nothing breaks
     at.slider(key="situ_range").set_value(1000).run()
     at.slider(key="situ_up").set_value(-3).run()

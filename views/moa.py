@@ -2,7 +2,7 @@
 import streamlit as st
 
 from app import state, ui
-from app.text import fmt_tokens
+from app.text import fmt_tokens, md_table
 from model.accounting import count_params
 from model.config import K3Config
 from app.charts.moa import costs_spec, step_spec, sweep_spec
@@ -89,4 +89,4 @@ st.subheader("Assumptions of the cost model")
 st.markdown("\n".join(f"- {a}" for a in assumptions(s)))
 
 st.subheader("The comparison in words, tied to the numbers")
-st.table(qualitative(s, table, k3, moa).set_index("aspect"))
+st.markdown(md_table(qualitative(s, table, k3, moa)))
