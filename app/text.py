@@ -53,11 +53,11 @@ def token_text(piece: str, limit: int = 24) -> str:
     return s[:limit] + ("…" if len(s) > limit else "")
 
 
-def md_table(df, limit: int = 200) -> str:
+def md_table(df, limit: int = 100_000) -> str:
     """A data frame as one Markdown table (GitHub style), every header and cell escaped with md_escape (and "&",
     so that an entity in a token stays as typed): for st.markdown, which draws it as one element, where st.table
     draws each cell as its own Markdown element (about 70 for an 8-row, 4-column table, each parsed and styled
-    on every redraw). The index is not shown."""
+    on every redraw). The index is not shown; no cell is cut (`limit` only guards against the absurd)."""
     def cell(v) -> str:
         return md_escape(v, limit).replace("&", "\\&") or "\u00a0"
     head = [cell(c) for c in df.columns]

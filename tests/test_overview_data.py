@@ -95,6 +95,8 @@ def test_markdown_table_keeps_its_columns_and_makes_cells_inert():
     import pandas as pd
     from app.text import md_table
     df = pd.DataFrame({"token": ["a|b", "<script>x</script>", "**bold** `c`", "", "&lt;"], "p": ["0.5"] * 5})
+    long = " ".join(["a sentence of the comparison"] * 20)                    # ~580 characters: shown whole
+    assert md_table(pd.DataFrame({"c": [long]})).splitlines()[2] == "| " + long + " |"
     lines = md_table(df).splitlines()
     assert len(lines) == 2 + len(df) and lines[0] == "| token | p |" and set(lines[1]) <= set("|- ")
     for line in lines:                       # every row splits into the header's two columns at unescaped pipes
