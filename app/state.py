@@ -308,21 +308,26 @@ class View:
 
     # -- drawing --
     def draw(self, widget: Callable, param: str, label: str, *args, options: Sequence | None = None,
-             default=None, required: bool = True, on_change: Callable | None = None, **kwargs):
+             default=None, required: bool = True, on_change: Callable | None = None, follow: bool = False,
+             **kwargs):
         """Draw `widget(label, *args, key=..., **kwargs)` bound to the control `param`. `options` is
         the range the value must lie in now (e.g. the prompt's tokens); a value outside moves to the
         nearest, with a notice when the link had asked for it. `default` overrides the declared one (e.g.
-        the last token). Returns the control's value."""
+        the last token). With `follow`, an unset control shows `default` without storing it (nor putting it
+        in the link), so it follows `default` from run to run until the person sets it (e.g. the expert
+        panel, which shows the token's first expert of each layer until an expert is picked). Returns the
+        control's value."""
         c = self.controls[param]
         store = _store(self._ns(c))
         value = store.get(param)
+        following = follow and value is None
         if value is None:
             value = c.default if default is None else default
         fitted = c.fit(value, options)
         if fitted != value and param in self.from_link:
             notice(f"The link asked for {c.label} {_shown(value)}, which is not available here: showing "
                    f"{_shown(fitted)} instead.")
-        if store.get(param) != fitted or st.query_params.get(c.param) is None:
+        if not following and (store.get(param) != fitted or st.query_params.get(c.param) is None):
             self.set(param, fitted)
         key = self.key(param)
         st.session_state[key] = list(fitted) if isinstance(fitted, list) else fitted
@@ -333,7 +338,7 @@ class View:
                 on_change()
 
         widget(label, *args, key=key, on_change=changed, **kwargs)
-        return self[param]
+        return fitted if following else self[param]
 
     def draw_ids(self, param: str, label: str, **kwargs) -> list[int]:
         """A list of whole numbers (an Ints control) drawn as a text box of comma-separated ids: one cheap

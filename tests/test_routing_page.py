@@ -157,3 +157,19 @@ def test_bad_prompts_give_a_message_not_a_traceback():
             assert at.query_params["preset"] == "own" and at.query_params["text"] == text
             labels = "".join(tokens.options)
             assert "<" in labels and "<" not in labels.replace("\\<", "")   # markup shown as text
+
+
+def test_expert_panel_follows_the_token_until_an_expert_is_picked():
+    at = open_page(token="4")
+    top = lambda: int(grid_data(at).query("chosen").sort_values("rank")["expert"].iloc[0])  # its first expert here
+    assert at.number_input(key="routing_expert").value == top() and "expert" not in at.query_params
+    at.slider(key="routing_layer").set_value(47).run()
+    ok(at)
+    assert at.number_input(key="routing_expert").value == top() and "expert" not in at.query_params
+    picked = next(e for e in range(896) if e not in outlined(at))            # an expert this token did not choose
+    at.number_input(key="routing_expert").set_value(picked).run()
+    ok(at)
+    assert at.query_params["expert"] == str(picked)
+    at.slider(key="routing_layer").set_value(48).run()                        # a picked expert stays in the panel
+    ok(at)
+    assert at.number_input(key="routing_expert").value == picked and at.query_params["expert"] == str(picked)

@@ -300,7 +300,7 @@ def layer_view(prompt, token: int, settings: rt.Rerouting, nav, left, below):
         if expert is not None:
             st.subheader(f"Expert {expert} at layer {layer}")
             view.draw(st.number_input, "expert", "Expert in the panel (or click a square in the grid)", 0, E - 1,
-                      default=expert, step=1)
+                      default=expert, step=1, follow=True)      # the token's first expert here, until one is picked
             row = grid.iloc[expert]
             n_chosen = int(grid["chosen"].sum())
             if row["chosen"]:
