@@ -262,11 +262,12 @@ def fingerprint(out: K3Output, token: int) -> tuple[list[int], np.ndarray, np.nd
 
 
 def expert_on_prompt(out: K3Output, layer: int, expert: int, pieces: list[str], n: int = 8) -> pd.DataFrame:
-    """The prompt's tokens with the highest router probability for `expert` at `layer`."""
+    """The prompt's tokens with the highest router probability for `expert` at `layer`; positions count from 1
+    (the first token is position 1), as every page numbers tokens."""
     prob = out.trace.scores(layer)[0, :, expert].double().numpy()        # [T]
     chosen = (out.trace.experts(layer)[0] == expert).any(-1).numpy()       # [T]
     order = np.argsort(-prob, kind="stable")[:n]
-    return pd.DataFrame({"position": order, "token": [visible(pieces[i]) for i in order],
+    return pd.DataFrame({"position": order + 1, "token": [visible(pieces[i]) for i in order],
                          "router probability": prob[order], "chose it": chosen[order]})
 
 
@@ -368,6 +369,9 @@ def sparsity(settings: Rerouting, layer: int, live_cfg: K3Config) -> dict:
         # one MoE layer at this k: routed + shared expert weights a token uses / all expert weights
         "expert_share_live": (k * moe / E + shared) / (moe + shared),
         "expert_share_full": (k * moe_full / full.n_routed_experts + shared_full) / (moe_full + shared_full),
+        # a shared expert works on the full-width token, a routed one in the latent space: its weights, in routed experts
+        "shared_per_routed_full": shared_full / full.n_shared_experts / (moe_full / full.n_routed_experts),
+        "full_width": full.d_model, "latent_width": full.expert_width,
         "live_total": live_total, "live_active": live_active,
         "full_total": full_total, "full_active": full_active,
     }

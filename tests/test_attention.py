@@ -187,10 +187,10 @@ def test_state_and_cache_specs():
     rows = np.arange(30, dtype=float).reshape(6, 5)
     c = cache_spec(rows, 2, 4, ["a", "b", "\n", "d", "e", "f"], "t")
     cache = c["datasets"]["cache"]
-    assert len(cache) == 10 and sorted(cache["token"].unique()) == [0, 1]   # only 2 rows written so far
+    assert len(cache) == 10 and sorted(cache["token"].unique()) == [1, 2]   # only 2 rows written so far
     assert cache.sort_values(["token", "column"])["value"].tolist() == list(range(10))
     assert set(cache[cache["column"] < 4]["part"]) == {"latent c"} and set(cache[cache["column"] == 4]["part"]) == {"k_rope"}
     y = c["layer"][0]["encoding"]["y"]
-    assert y["scale"]["domain"] == ["0 a", "1 b", "2 ↵", "3 d", "4 e", "5 f"]  # every token has its row, labelled
+    assert y["scale"]["domain"] == ["1 a", "2 b", "3 ↵", "4 d", "5 e", "6 f"]  # every token has its row, from 1
     assert c["datasets"]["split"]["x"].tolist() == [3.5]                     # between the latent and k_rope
     assert c["layer"][0]["encoding"]["color"]["scale"]["domain"] == [-29.0, 29.0]

@@ -289,7 +289,7 @@ def test_expert_tables(micro):
     pieces = [f"t{i}" for i in range(10)]
     df = rt.expert_on_prompt(base, 2, 5, pieces, n=4)
     col = base.trace.scores(2)[0, :, 5].numpy()
-    assert list(df["position"]) == list(np.argsort(-col, kind="stable")[:4])
+    assert list(df["position"]) == list(np.argsort(-col, kind="stable")[:4] + 1)     # counted from 1
     ids = list(range(3, 63)) * 2                              # 120 tokens
     h = rt.heldout_summary(model, ids, chunk=32, keep=3, batch=2)
     assert len(h.ids) == 120 and h.layers == (1, 2, 3, 4, 5)
@@ -314,6 +314,11 @@ def test_active_params_follow_k():
     assert sp["k"] == 8 and sp["layers"] == 47 and math.isclose(sp["sparsity"], 112)
     assert sp["full_active"] < rt.active_params(FULL, {})[1]
     assert rt.sparsity(rt.Rerouting(), 46, TINY)["layers"] == 0
+    # K3 (Table 1): a shared expert is a GLU of hidden 3,072 on d = 7,168, a routed one on the latent 3,584, so it
+    # holds 2 routed experts' weights, and a token at top-16 uses (16 + 2 x 2) / (896 + 2 x 2) of a layer's
+    sp = rt.sparsity(rt.Rerouting(), 46, TINY)
+    assert sp["shared_per_routed_full"] == 2 and (sp["full_width"], sp["latent_width"]) == (7168, 3584)
+    assert math.isclose(sp["expert_share_full"], 20 / 900)
 
 
 # ---- labels -----------------------------------------------------------------------------------------

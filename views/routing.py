@@ -172,8 +172,11 @@ def explorer(prompt) -> None:
         st.metric("Experts per token", f"{sp['k']} of {E}", help="routed experts a token visits in one layer")
         st.caption(f"{sp['routed_share']:.1%} of the routed experts: sparsity {sp['sparsity']:.1f}x")
         st.metric("Expert weights used", f"{sp['expert_share_live']:.1%}",
-                  help="per MoE layer: (k routed + 2 shared experts) / (896 routed + 2 shared experts). The live "
-                       "instance's shared experts are relatively larger than K3's.")
+                  help="per MoE layer, by weight: the weights of the k routed and 2 shared experts a token uses over "
+                       "those of all 896 routed and 2 shared experts. A shared expert works on the full-width token "
+                       f"({sp['full_width']:,} in K3), a routed one in the latent space ({sp['latent_width']:,}), so a "
+                       f"shared expert holds {sp['shared_per_routed_full']:g}x a routed expert's weights (the live "
+                       "instance keeps the same ratio).")
         st.caption(f"per layer, live instance; {sp['expert_share_full']:.1%} at K3 scale")
         st.metric("Active parameters per token at K3 scale", fmt_params(sp["full_active"]),
                   help=f"K3's accounting with k = {sp['k']} in the {sp['layers']} layers this change applies to "
