@@ -6,6 +6,7 @@ for the page sit at the end of the file.
 """
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 
@@ -89,10 +90,11 @@ def decode_counts(model: K3Model, out: K3Output, steps: int = 3) -> tuple[pd.Dat
     cache, logits, dt = out.cache, out.logits, None
     for step in range(steps + 1):
         want = memory.predicted_numel(cfg, cache.length)
-        rows.append({"stage": "prefill" if step == 0 else f"decode step {step}", "tokens": cache.length,
+        rows.append({"stage": "prefill (the page's cached forward, not timed)" if step == 0 else f"decode step {step}",
+                     "tokens": cache.length,
                      "KDA values (measured)": cache.numel("kda"), "KDA values (accounting)": want["kda"],
                      "MLA values (measured)": cache.numel("mla"), "MLA values (accounting)": want["mla"],
-                     "seconds": dt})
+                     "seconds": math.nan if dt is None else dt})            # a number column: NaN, not None
         if step == steps:
             break
         nxt = logits[:, -1].argmax(-1, keepdim=True)                     # [1, 1] greedy next token

@@ -88,7 +88,9 @@ def test_state_keeps_its_size_while_the_cache_grows(page):
 
 def test_measured_cache_counts_match_the_accounting(page):
     df = page.dataframe[0].value
-    assert df["stage"].tolist() == ["prefill", "decode step 1", "decode step 2", "decode step 3"]
+    assert df["stage"].tolist() == ["prefill (the page's cached forward, not timed)", "decode step 1",
+                                    "decode step 2", "decode step 3"]
+    assert df["seconds"].dtype == float and df["seconds"].isna().tolist() == [True, False, False, False]
     assert df["matches"].all()
     assert df["KDA values (measured)"].eq(69 * 800).all()
     T = int(df["tokens"].iloc[0])

@@ -22,8 +22,9 @@ ui.page_header(
     "A router left alone sends most tokens to a few favourite experts; K3's **Quantile Balancing** adds a "
     "per-expert bias that only decides *which* experts a token visits, jumps straight to the bias that "
     "balances the last batch, and needs no step size.",
-    "set 896 experts and compare the sign rule at γ = 0.001 with Quantile Balancing: one needs hundreds of "
-    "steps, the other two or three. Then raise γ and watch the sign rule overshoot.",
+    "set 896 experts and compare the sign rule at γ = 0.001 with Quantile Balancing: how many steps does each "
+    "need to come near the dashed noise floor (the table's last column)? Then raise γ and watch the sign rule "
+    "overshoot.",
 )
 
 # ---- controls --------------------------------------------------------------------------------------
@@ -104,7 +105,8 @@ summary = pd.DataFrame({
     "CV at last step": [last.loc[LABELS[mth], "cv"] for mth in METHODS],
     "dead experts at last step": [int(last.loc[LABELS[mth], "dead"]) for mth in METHODS],
     "first step with max/mean ≤ 1.5 × floor": [
-        steps_to(table[table["method"] == LABELS[mth]], 1.5 * floor) for mth in METHODS],
+        str(hit) if (hit := steps_to(table[table["method"] == LABELS[mth]], 1.5 * floor)) is not None
+        else f"not within {steps}" for mth in METHODS],
 })
 st.dataframe(summary, hide_index=True, width="stretch",
              column_config={"max/mean at last step": st.column_config.NumberColumn(format="%.3f"),
@@ -124,7 +126,7 @@ def step_sections() -> None:
     load = runs[method].loads[step - 1]
     row = table[(table["method"] == LABELS[method]) & (table["step"] == step)].iloc[0]
     ui.vega_chart(load_spec(load, setup.target, f"{LABELS[method]}, step {step}: max/mean {row['max/mean']:.2f}, "
-                                             f"{int(row['dead'])} experts empty", sort),
+                                             f"{int(row['dead'])} expert{'' if int(row['dead']) == 1 else 's'} empty", sort),
              f"One bar per expert: tokens routed to it in batch {step}. Blue: at or under the target q = {setup.target:,.1f}; "
              "orange: over; red: no token at all (a dead expert learns nothing from this batch).",
              alt="Bar chart of the load of each expert at the chosen step for the chosen method.", key="bal_load")

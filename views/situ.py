@@ -36,8 +36,8 @@ ui.page_header(
     "whatever the weights, so the hidden value inside every expert stays bounded. K3 stores these activations in "
     f"MXFP8, where each block of 32 gets its own power-of-two scale; the E4M3 limit {FP8_MAX:g} binds only without "
     "that scale.",
-    "drag the range out to ±1000 and watch SwiGLU leave the chart while SiTU-GLU flattens at 100; then raise "
-    "the weight scale of the chain experiment to 3 and see which variants survive 92 layers.",
+    "drag the range out to ±1000 and watch SwiGLU leave the chart while SiTU-GLU flattens at 100; then move "
+    "the chain experiment's weight scale (it starts at 3) up and down and see which variants survive 92 layers.",
 )
 st.latex(r"\mathrm{SiTU\text{-}GLU}(g,u)=\big[4\tanh(g/4)\,\sigma(g)\big]\cdot\big[25\tanh(u/25)\big]"
          r"\qquad \mathrm{SwiGLU}(g,u)=g\,\sigma(g)\cdot u")
