@@ -114,3 +114,12 @@ def test_bad_link_parameters_are_clamped_with_a_notice():
     assert at.slider(key="ar_bs").value == 93 and at.slider(key="ar_reader").value == 1
     assert at.segmented_control(key="ar_view").value == "per-layer"
     assert at.select_slider(key="ar_token").value == len(at.select_slider(key="ar_token").options) - 1
+
+
+def test_the_count_table_says_how_many_ways_it_counts():
+    at = open_page()
+    assert at.expander[0].label.startswith("Counted two ways") and len(at.dataframe[0].value) == 2
+    at = open_page({"view": "two-reads"})
+    table = at.dataframe[0].value
+    assert at.expander[0].label.startswith("Counted three ways") and len(table) == 3
+    assert table["Block"].nunique() == 1 and table["Full"].nunique() == 1       # the three counts agree

@@ -71,14 +71,17 @@ if prompt is not None:
     live_block, live_full = out_block.trace.link_count, out_full.trace.link_count
 
 table = count_table(count_view, bs, L, live_block if bs == lv.model.cfg.attnres_block_size else None, live_full)
-with counts_box, st.expander("Counted three ways: closed form, the real bookkeeping, the live model", expanded=True):
+counted = ("Counted three ways: closed form, the real bookkeeping, the live model" if count_view == "two-reads" else
+           "Counted two ways: closed form and the real bookkeeping (the live model counts two reads per layer)")
+with counts_box, st.expander(counted, expanded=True):
     st.dataframe(table, hide_index=True, width="stretch",
                  column_config={"Full": st.column_config.NumberColumn(format="%,d"),
                                 "Block": st.column_config.NumberColumn(format="%,d")})
     st.caption("The live model runs two reads per layer plus the output read, so its trace gives the "
-               "two-reads count (Block from the live instance, blocks of 12; Full from the same weights run "
-               "with `attnres=\"full\"`). The per-layer view is counted by the same DepthState code with one "
-               "module per layer. All rows must agree."
+               f"two-reads count (Block from the live instance, blocks of {lv.model.cfg.attnres_block_size}; Full from "
+               "the same weights run with `attnres=\"full\"`): set Count to \"two reads per layer + output\" for "
+               "its row. The per-layer view is counted by the same DepthState code with one module per layer. All "
+               "rows must agree."
                + ("" if bs == lv.model.cfg.attnres_block_size else
                   f" The live instance was trained with blocks of {lv.model.cfg.attnres_block_size}, so it has "
                   f"no live Block count for blocks of {bs}."))
@@ -192,4 +195,7 @@ with c2.container(border=True):
     if prompt is not None:
         st.caption(f"Measured: the live model's output read saw {len(out_block.trace.reads[-1][2])} sources "
                    f"(Block, blocks of {lv.model.cfg.attnres_block_size}) and the Full variant's saw "
-                   f"{len(out_full.trace.reads[-1][2])}.")
+                   f"{len(out_full.trace.reads[-1][2])}."
+                   + ("" if bs == lv.model.cfg.attnres_block_size else
+                      f" The values above are computed for the block size you set ({bs}); the live instance runs "
+                      f"blocks of {lv.model.cfg.attnres_block_size}."))
