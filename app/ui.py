@@ -169,6 +169,8 @@ def prompt_input(view: state.View):
     for note in result.notices:
         st.caption(f":material/content_cut: {note}")
     assert isinstance(result, Prompt)
+    if st.session_state.get(K_PRESENT):          # presenter mode hides the text box: the audience still reads the prompt
+        plain_blocks([result.text], "prompt")
     return result
 
 
@@ -196,6 +198,7 @@ PRESENTER_CSS = """
 [data-testid="stMain"] [data-testid="stMarkdownContainer"] p,
 [data-testid="stMain"] [data-testid="stMarkdownContainer"] li { font-size: 1.45rem !important; line-height: 1.5; }
 [data-testid="stMain"] [data-testid="stCaptionContainer"] p { font-size: 1.2rem !important; }
+[data-testid="stMain"] [class*="st-key-k3-plain"] [data-testid="stText"] span { font-size: 1.3rem !important; }
 [data-testid="stMain"] h1 { font-size: 3.8rem !important; }
 [data-testid="stMain"] h2, [data-testid="stMain"] h3 { font-size: 2.2rem !important; }
 [data-testid="stMain"] [data-testid="stMetricValue"],

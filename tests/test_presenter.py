@@ -34,3 +34,18 @@ def test_stacked_panels_that_stretch_grow_each():
     from app.ui import stretches
     assert stretches(stack) and stretches({"width": "container"})
     assert not stretches({"vconcat": [{"width": "container"}, {"width": 300}]}) and not stretches({"width": 400})
+
+
+def test_presenter_mode_still_shows_the_prompt_its_text_box_hides():
+    from streamlit.testing.v1 import AppTest
+    from app.ui import K_PRESENT, VERBATIM
+    from tests.conftest import ROOT
+    at = AppTest.from_file(str(ROOT / "streamlit_app.py"), default_timeout=600).run()
+    at.switch_page("views/routing.py").run()
+    assert not at.exception
+    prompt = at.text_area(key="prompt_text").value
+    assert prompt and not any(t.value == VERBATIM + prompt.strip() for t in at.text)   # not shown twice normally
+    at.session_state[K_PRESENT] = True
+    at.run()
+    assert not at.exception
+    assert any(t.value == VERBATIM + prompt.strip() for t in at.text)               # the text, verbatim
