@@ -89,6 +89,7 @@ def test_knocked_out_expert_is_never_outlined():
     at.button(key="routing_knock").click().run()            # "Knock out" in the expert panel
     ok(at)
     assert at.text_input(key="routing_ko").value == str(victim)
+    assert at.number_input(key="routing_expert").value == victim    # the panel stays on it (now crossed out)
     after = outlined(at)
     assert victim not in after and len(after) == 16
     other = sorted(after)[:2]

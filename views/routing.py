@@ -89,18 +89,21 @@ def reset_routing() -> None:
 
 
 def knock_out(expert: int) -> None:
+    view.set("expert", expert)           # the panel stays on this expert (else it follows the token's first one)
     view.set("ko", sorted(set(view["ko"]) | {expert}))
     view.set("force", [e for e in view["force"] if e != expert])
     st.rerun(EXPLORER)                   # the re-routing panel shows the lists: the whole explorer reruns
 
 
 def force(expert: int) -> None:
+    view.set("expert", expert)           # the panel stays on this expert (else it follows the token's first one)
     view.set("force", [e for e in view["force"] if e != expert] + [expert])
     view.set("ko", [e for e in view["ko"] if e != expert])
     st.rerun(EXPLORER)
 
 
 def restore(expert: int) -> None:
+    view.set("expert", expert)           # the panel stays on this expert (else it follows the token's first one)
     view.set("ko", [e for e in view["ko"] if e != expert])
     view.set("force", [e for e in view["force"] if e != expert])
     st.rerun(EXPLORER)
