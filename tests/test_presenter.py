@@ -45,7 +45,10 @@ def test_presenter_mode_still_shows_the_prompt_its_text_box_hides():
     assert not at.exception
     prompt = at.text_area(key="prompt_text").value
     assert prompt and not any(t.value == VERBATIM + prompt.strip() for t in at.text)   # not shown twice normally
+    about_controls = lambda: any(c.value.startswith("The change applies to every token") for c in at.caption)
+    assert about_controls()
     at.session_state[K_PRESENT] = True
     at.run()
     assert not at.exception
     assert any(t.value == VERBATIM + prompt.strip() for t in at.text)               # the text, verbatim
+    assert not about_controls()                    # the note on the re-routing controls goes with the controls

@@ -116,6 +116,7 @@ def inside() -> None:
                      else "needs two tokens" if T < 2 else "pick part 4–5 (one backward pass per prompt)")
     with st.expander("The whole layer at a glance: every step, one computed number each", expanded=True):
         st.markdown(ly.layer_map(steps, shown, gradient_note))
+        st.caption("▶ marks the steps drawn in full below; \"Show the steps of\" above picks which.")
 
     current = None
     for i, step in enumerate(steps, 1):

@@ -153,10 +153,11 @@ def explorer(prompt) -> None:
                            "first ones are kept")
         scope = view.draw(st.radio, "scope", "Apply the change at", list(rt.SCOPES), format_func=rt.SCOPES.get,
                           horizontal=True)
-        st.caption("The change applies to every token of the prompt. Layers before the one you view keep their "
-                   "routing, so the model re-runs only from this layer on (from layer 1 when you view layer 0). "
-                   "\"This layer only\" shows the knock-on effect: later layers route differently because their "
-                   "input changed.")
+        if not st.session_state.get(ui.K_PRESENT):          # it explains the controls, which presenter mode hides
+            st.caption("The change applies to every token of the prompt. Layers before the one you view keep their "
+                       "routing, so the model re-runs only from this layer on (from layer 1 when you view layer 0). "
+                       "\"This layer only\" shows the knock-on effect: later layers route differently because "
+                       "their input changed.")
         st.button("Reset routing", key="routing_reset", on_click=reset_routing, icon=":material/restart_alt:")
         settings, notes = current_settings()
         for n in notes:
