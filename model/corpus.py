@@ -124,9 +124,65 @@ OLD_KINDS = KINDS[:3]          # the corpus of the instances trained before the 
 SOURCES = {"docstring": docstrings, "manual": manual_topics, "code": source_code, "guide": guide_pages}
 
 
-def documents_by_kind(kinds: tuple[str, ...] = KINDS) -> dict[str, list[str]]:
-    """Each kind of text, in KINDS order, each long text cut into pieces of about PIECE_CHARS characters."""
-    return {kind: [p for d in SOURCES[kind]() for p in pieces(d)] for kind in KINDS if kind in kinds}
+PROSE_KINDS = ("docstring", "manual", "guide")   # the kinds whose hard-wrapped paragraphs unwrap() joins
+
+
+def documents_by_kind(kinds: tuple[str, ...] = KINDS, unwrap_prose: bool = False) -> dict[str, list[str]]:
+    """Each kind of text, in KINDS order, each long text cut into pieces of about PIECE_CHARS characters.
+    With `unwrap_prose`, the prose paragraphs of each piece of documentation are joined into one line
+    (unwrap); the pieces are cut first, so a piece holds the same text either way and the held-out
+    split is the same documents."""
+    out = {kind: [p for d in SOURCES[kind]() for p in pieces(d)] for kind in KINDS if kind in kinds}
+    if unwrap_prose:
+        out = {kind: [unwrap(d) for d in docs] if kind in PROSE_KINDS else docs for kind, docs in out.items()}
+    return out
+
+
+WRAPPED_LINE = 40                   # most lines of a hard-wrapped paragraph (its last aside) are at least this long
+NOT_PROSE = re.compile(r"(>>>|\.\.\.|\.\. |[-*+\u2022]\s|[|+=#~^]|\d+[.)]\s|:\w+:|[A-Za-z_][\w.]*\()")
+PARAGRAPH_BREAK = re.compile(r"(\n[ \t]*\n)")
+
+
+def unwrap(text: str) -> str:
+    """`text` with each hard-wrapped prose paragraph on one line: the line breaks inside it (and the
+    indentation after them) become single spaces, a break after a hyphenated word none. The documentation
+    is wrapped at about 72 columns, so a model trained on it as written learns that a newline follows
+    about one word in ten, and after "the value of the" ranks a line break above every word. Left as
+    written: lists, tables, doctests, directives, paragraphs whose lines differ in indentation or are
+    short or not mostly letters (code, signatures, examples), and every paragraph indented deeper under
+    one that ends in "::" (a reStructuredText literal block)."""
+    parts = PARAGRAPH_BREAK.split(text)
+    literal_from = None             # indentation of the paragraph that opened an example, while inside it
+    for i in range(0, len(parts), 2):
+        para = parts[i]
+        lines = para.split("\n")
+        first = next((line for line in lines if line.strip()), "")
+        indent = len(first) - len(first.lstrip())
+        if literal_from is not None and indent > literal_from:
+            continue
+        literal_from = None
+        if _wrapped_prose(lines):
+            joined = lines[0].rstrip()
+            for line in lines[1:]:
+                word = line.strip()
+                joined += word if re.search(r"[a-z]-$", joined) else " " + word
+            parts[i] = para = joined
+        stripped = para.strip()
+        if stripped.endswith("::") and not stripped.startswith(".. "):     # reST: a literal block follows
+            literal_from = indent
+    return "".join(parts)
+
+
+def _wrapped_prose(lines: list[str]) -> bool:
+    if len(lines) < 2 or not all(line.strip() for line in lines):
+        return False
+    indents = {len(line) - len(line.lstrip()) for line in lines}
+    words = [line.strip() for line in lines]
+    text = " ".join(words)
+    long = sum(len(w) >= WRAPPED_LINE for w in words[:-1])
+    return (len(indents) == 1 and long >= 0.75 * (len(words) - 1)
+            and not any(NOT_PROSE.match(w) for w in words)
+            and sum(c.isalpha() or c == " " for c in text) >= 0.8 * len(text))
 
 
 def documents(kinds: tuple[str, ...] = KINDS) -> list[str]:

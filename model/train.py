@@ -27,7 +27,6 @@ import argparse
 import csv
 import json
 import math
-import shutil
 import time
 from pathlib import Path
 
@@ -50,14 +49,22 @@ LOG_FIELDS = ["step", "tokens", "loss", "val_loss", "lr", "quant", "max_mean_loa
               "bias_spread", "seconds"]
 
 
-def token_arrays(tok: Tokenizer) -> tuple[np.ndarray, np.ndarray, dict]:
-    """(train ids, validation ids, facts), cached in runs/ keyed by the corpus fingerprint. On a
-    machine without the corpus's documentation pages (a lent GPU machine, which has no Debian
-    packages to install), the one cache of this tokenizer that was carried there is used instead."""
+def _cache_form(path: Path) -> bool | None:
+    """Whether a token cache holds the prose unwrapped (None: a file without facts, not a cache)."""
+    with np.load(path) as z:
+        return json.loads(str(z["facts"])).get("unwrapped_prose", False) if "facts" in z.files else None
+
+
+def token_arrays(tok: Tokenizer, unwrap_prose: bool = True) -> tuple[np.ndarray, np.ndarray, dict]:
+    """(train ids, validation ids, facts), cached in runs/ keyed by the corpus fingerprint. The model
+    trains on the prose unwrapped (model.corpus.unwrap); `unwrap_prose=False` gives the text as written
+    (what the instances before this one trained on). On a machine without the corpus's documentation
+    pages (a lent GPU machine, which has no Debian packages to install), the one cache of this tokenizer
+    and that form of the text that was carried there is used instead."""
     try:
-        by_kind = documents_by_kind()
+        by_kind = documents_by_kind(unwrap_prose=unwrap_prose)
     except CorpusMissing as missing:
-        caches = sorted(RUNS.glob(f"tokens-*-{tok.digest()}.npz"))
+        caches = [c for c in sorted(RUNS.glob(f"tokens-*-{tok.digest()}.npz")) if _cache_form(c) == unwrap_prose]
         if len(caches) != 1:
             raise SystemExit(f"{missing}; nor is there exactly one token cache of this tokenizer in "
                              f"{RUNS} to use instead (found {len(caches)})") from None
@@ -71,7 +78,7 @@ def token_arrays(tok: Tokenizer) -> tuple[np.ndarray, np.ndarray, dict]:
     # keyed by the corpus, its split and the tokenizer: a change to any of them re-tokenises
     cache = RUNS / f"tokens-{key}-{tok.digest()}.npz"
     train_docs, val_docs = split(docs)
-    facts = {"corpus_fingerprint": key, "documents": len(docs), "train_documents": len(train_docs),
+    facts = {"corpus_fingerprint": key, "unwrapped_prose": unwrap_prose, "documents": len(docs), "train_documents": len(train_docs),
              "val_documents": len(val_docs), "train_chars": sum(len(d) for d in train_docs),
              "kinds": {k: sum(len(d) for i, (kk, d) in enumerate(zip(kinds, docs)) if kk == k and not held_out(i))
                        for k in by_kind}}           # training characters of each kind of text
@@ -226,6 +233,36 @@ def calibrate_shipped(tokens: int, passes: int, seed: int = 7, folder: Path = AS
     return info
 
 
+PHASE_KEYS = ("steps", "tokens_seen", "batch", "micro_batch", "seq_len", "balancing", "lr", "quant_from_step",
+              "seed", "hardware", "train_minutes", "untrained_val_loss", "final_val_loss", "format_upgrade")
+
+
+def continued_facts(facts: dict, before: dict) -> dict:
+    """The card of a run that continued a checkpoint: totals over both runs (steps, tokens, minutes),
+    the earlier run's facts under "continued_from", this run's under "continuation"."""
+    prev = before["card"]
+    this = {k: facts[k] for k in PHASE_KEYS if k in facts} | {
+        "start_val_loss": round(before["val"], 4), "corpus_fingerprint": facts["data"]["corpus_fingerprint"],
+        "unwrapped_prose": facts["data"].get("unwrapped_prose", False)}
+    earlier = {k: prev[k] for k in PHASE_KEYS if k in prev} | {
+        "corpus_fingerprint": prev.get("data", {}).get("corpus_fingerprint"),
+        "unwrapped_prose": prev.get("data", {}).get("unwrapped_prose", False)}
+    return facts | {
+        "steps": prev["steps"] + facts["steps"], "tokens_seen": prev["tokens_seen"] + facts["tokens_seen"],
+        "train_minutes": round(prev.get("train_minutes", 0) + facts["train_minutes"], 1),
+        # quantisation-aware since that step of the earlier run if it was on all through this one
+        "quant_from_step": (prev.get("quant_from_step", 0) if facts["quant_from_step"] == 0
+                            else prev["steps"] + facts["quant_from_step"]),
+        "untrained_val_loss": facts["untrained_val_loss"],
+        "continued_from": earlier, "continuation": this}
+
+
+def continued_log(rows_before: list[dict], rows: list[dict], card_before: dict) -> list[dict]:
+    """One log of both runs: this run's steps and tokens counted on from the earlier run's."""
+    steps, tokens = card_before.get("steps", len(rows_before)), card_before.get("tokens_seen", 0)
+    return rows_before + [r | {"step": int(r["step"]) + steps, "tokens": int(r["tokens"]) + tokens} for r in rows]
+
+
 def save_state(model, opt, step: int, args: dict, path: Path = RUNS / "state", meta: dict | None = None):
     """Model, optimiser and step as safetensors (+ a JSON of the run's arguments and `meta`: the corpus
     fingerprint and the config, which a resumed run must match)."""
@@ -249,7 +286,8 @@ FIT_AFTER = 7           # --fit-minutes: the step after which the number of step
 FIT_RESERVE_S = 60      # ... leaving this much of the budget for evaluation, export and calibration
 
 # arguments a resumed run must share with the saved one: they fix the data order and the schedule
-RESUME_ARGS = ("steps", "batch", "seq", "seed", "lr", "quant_from")
+RESUME_ARGS = ("steps", "batch", "seq", "seed", "lr", "quant_from", "init_from")
+WARMUP, WARMUP_CONTINUED = 50, 20     # steps of linear warm-up: from scratch, continuing a checkpoint
 
 
 def load_state(model, opt, path: Path = RUNS / "state", expect: dict | None = None,
@@ -296,6 +334,9 @@ def main(argv=None):
     ap.add_argument("--lr", type=float, default=3e-3)
     ap.add_argument("--quant-from", type=float, default=0.7, help="fraction of steps after which MXFP4 is on")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--init-from", type=Path, default=None,
+                    help="continue training a packed checkpoint (its card beside it: name.json): a new optimiser "
+                         "and schedule, the checkpoint's steps and tokens counted in the card and the log")
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--fresh", action="store_true", help="ignore a saved state and start over")
     ap.add_argument("--save-every", type=float, default=5.0, help="minutes between saved states")
@@ -325,6 +366,18 @@ def main(argv=None):
     assert cfg.vocab_size == tok.vocab_size, "tokenizer and config disagree on the vocabulary"
     model = K3Model(cfg).to(device)
     untrained_val = evaluate(model.eval(), val, args.seq, device)
+    before = None                  # the card and log of the checkpoint this run continues
+    if args.init_from:
+        card_path = args.init_from.with_suffix(".json")
+        start_model, _ = load_pretrained(args.init_from, card_path)
+        model.load_state_dict(start_model.state_dict())
+        del start_model
+        log_before = args.init_from.parent / "train_log.csv"
+        before = {"card": read_card(card_path),
+                  "log": list(csv.DictReader(open(log_before))) if log_before.exists() else [],
+                  "val": evaluate(model.eval(), val, args.seq, device, quant=True)}
+        print(f"continuing {args.init_from} ({before['card'].get('tokens_seen', 0):,} tokens seen): "
+              f"validation loss {before['val']:.3f} on this corpus")
     model.train()
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2 and "embed" not in n]
     no_decay = [p for n, p in model.named_parameters() if p.dim() < 2 or "embed" in n]
@@ -364,7 +417,7 @@ def main(argv=None):
         t0 = time.time()
         rng = np.random.default_rng([args.seed, step])
         ids = batch(train, rng, B, args.seq, device)
-        lr = lr_at(step, args.steps, args.lr, warmup=50)
+        lr = lr_at(step, args.steps, args.lr, warmup=WARMUP_CONTINUED if before else WARMUP)
         quant = step >= quant_from
         stats = train_step(model, opt, list(ids.split(micro)), lr, quant)
         row = {"step": step, "tokens": (step + 1) * tokens_per_step, "loss": round(stats["loss"], 4),
@@ -421,9 +474,16 @@ def main(argv=None):
         "data": data_facts, "tokenizer": "byte-level BPE, 4,096 pieces (assets/tokenizer.json)",
         "corpus_licence": "Python Software Foundation License (CPython standard library docs and code)",
     }
+    rows = list(csv.DictReader(open(log_path)))
+    if before:
+        facts = continued_facts(facts, before)
+        rows = continued_log(before["log"], rows, before["card"])
     args.out.mkdir(parents=True, exist_ok=True)
     info = save_pretrained(model.cpu(), facts, args.out / CHECKPOINT.name, args.out / CARD.name)
-    shutil.copy(log_path, args.out / "train_log.csv")
+    with open(args.out / "train_log.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, LOG_FIELDS)
+        w.writeheader()
+        w.writerows(rows)
 
     print(f"saved {info['file']} ({info['bytes'] / 1e6:.1f} MB), val loss {untrained_val:.3f} -> {final_val:.3f}")
     if args.calibrate_passes > 0:

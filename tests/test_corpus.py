@@ -107,3 +107,41 @@ def test_fingerprint_sees_boundaries_and_split():
     assert corpus.fingerprint(["ab", "c"]) != corpus.fingerprint(["a", "bc"])
     assert corpus.fingerprint(["ab", "c"], every=12) != corpus.fingerprint(["ab", "c"], every=50)
     assert corpus.fingerprint(["ab", "c"]) == corpus.fingerprint(["ab", "c"])
+
+
+def test_unwrap_joins_wrapped_prose_and_leaves_code_lists_and_examples():
+    wrapped = ("   If the argument is omitted, the default value of the parameter is taken from the\n"
+               "   configuration, which is read once when the module is first imported and then\n"
+               "   kept for the life of the process; a well-\n   known rule.")
+    got = corpus.unwrap(wrapped)
+    assert "\n" not in got and "from the configuration, which" in got and "well-known rule." in got
+    kept = ["   >>> sorted([3, 1, 2])\n   [1, 2, 3]",                       # a doctest
+            "* first item of a list that is long enough to be wrapped\n* second item of it",
+            "+-------+-------+\n| a     | b     |\n+-------+-------+",        # a table
+            "def f(x):\n    return x + 1",                                   # code
+            "   spam(eggs, ham, and a great many other arguments, all of them here)\n"
+            "   spam(eggs, ham, and a great many other arguments, all of them there)",
+            # lines of different indentation (a signature over its description) are not one paragraph
+            "If the argument is omitted, the default value of the parameter is taken from\n"
+            "   the configuration, which is read once when the module is first imported"]
+    for text in kept:
+        assert corpus.unwrap(text) == text, text
+    # a literal block under a paragraph that ends in "::" stays as written, even when it reads as prose
+    literal = ("For example::\n\n      this line is long enough to read as wrapped prose, nearly\n"
+               "      so is this one, and both are indented under the colons")
+    assert corpus.unwrap(literal) == literal
+    # paragraph breaks survive, and unwrapping twice changes nothing more
+    two = wrapped + "\n\n" + wrapped
+    assert corpus.unwrap(two).count("\n\n") == 1 and corpus.unwrap(corpus.unwrap(two)) == corpus.unwrap(two)
+
+
+def test_unwrapped_corpus_has_the_same_pieces_and_split(by_kind):
+    unwrapped = corpus.documents_by_kind(unwrap_prose=True)
+    assert {k: len(v) for k, v in unwrapped.items()} == {k: len(v) for k, v in by_kind.items()}
+    assert unwrapped["code"] == by_kind["code"]                    # code is never unwrapped
+    for kind in corpus.PROSE_KINDS:
+        before = sum(d.count("\n") for d in by_kind[kind])
+        after = sum(d.count("\n") for d in unwrapped[kind])
+        assert after < 0.85 * before, kind                        # many line breaks inside paragraphs go
+        # nothing but whitespace changes: the same characters, less the spaces, in the same order
+        assert ["".join(d.split()) for d in unwrapped[kind]] == ["".join(d.split()) for d in by_kind[kind]], kind

@@ -95,15 +95,40 @@ def test_token_arrays_fall_back_to_one_carried_cache_where_the_pages_are_missing
     monkeypatch.setattr(T, "RUNS", tmp_path)
     with pytest.raises(SystemExit, match="python3.*-doc.*found 0"):
         T.token_arrays(tok)
-    facts = {"corpus_fingerprint": "f00", "train_tokens": 3, "val_tokens": 2}
+    facts = {"corpus_fingerprint": "f00", "unwrapped_prose": True, "train_tokens": 3, "val_tokens": 2}
     np.savez(tmp_path / f"tokens-f00-{tok.digest()}.npz", train=np.array([1, 2, 3], np.uint16),
              val=np.array([4, 5], np.uint16), facts=json.dumps(facts))
     np.savez(tmp_path / "tokens-f00-othertokenizer.npz", train=np.array([9], np.uint16))
+    # a cache of the text as written is another corpus for a run that trains on it unwrapped
+    written = facts | {"corpus_fingerprint": "f02", "unwrapped_prose": False}
+    np.savez(tmp_path / f"tokens-f02-{tok.digest()}.npz", train=np.array([7], np.uint16),
+             val=np.array([8], np.uint16), facts=json.dumps(written))
     train, val, got = T.token_arrays(tok)
     assert train.tolist() == [1, 2, 3] and val.tolist() == [4, 5] and got == facts
-    np.savez(tmp_path / f"tokens-f01-{tok.digest()}.npz", train=np.array([1], np.uint16))
+    train, _, got = T.token_arrays(tok, unwrap_prose=False)
+    assert train.tolist() == [7] and got == written
+    np.savez(tmp_path / f"tokens-f01-{tok.digest()}.npz", train=np.array([1], np.uint16),
+             val=np.array([2], np.uint16), facts=json.dumps(facts | {"corpus_fingerprint": "f01"}))
     with pytest.raises(SystemExit, match="found 2"):                 # which one? refuse to guess
         T.token_arrays(tok)
+
+
+def test_a_continued_run_card_and_log_count_both_phases():
+    before = {"steps": 1300, "tokens_seen": 5_324_800, "train_minutes": 344.1, "quant_from_step": 909, "lr": 0.003,
+              "seed": 0, "untrained_val_loss": 8.81, "final_val_loss": 3.655,
+              "data": {"corpus_fingerprint": "old", "unwrapped_prose": False}}
+    run = {"steps": 180, "tokens_seen": 737_280, "train_minutes": 34.3, "quant_from_step": 0, "lr": 0.001, "seed": 1,
+           "untrained_val_loss": 8.80, "final_val_loss": 3.61, "data": {"corpus_fingerprint": "new", "unwrapped_prose": True}}
+    card = T.continued_facts(run, {"card": before, "val": 3.7743})
+    assert (card["steps"], card["tokens_seen"], card["train_minutes"]) == (1480, 6_062_080, 378.4)
+    assert card["quant_from_step"] == 909                      # on since step 909 and all through the second run
+    assert card["continued_from"]["lr"] == 0.003 and card["continued_from"]["unwrapped_prose"] is False
+    assert card["continuation"]["start_val_loss"] == 3.7743 and card["continuation"]["unwrapped_prose"] is True
+    later = T.continued_facts(run | {"quant_from_step": 50}, {"card": before, "val": 3.8})
+    assert later["quant_from_step"] == 1350
+    rows = T.continued_log([{"step": 0, "tokens": 4096}, {"step": 1299, "tokens": 5_324_800}],
+                           [{"step": 0, "tokens": 4096}, {"step": 179, "tokens": 737_280}], before)
+    assert [r["step"] for r in rows] == [0, 1299, 1300, 1479] and rows[-1]["tokens"] == 6_062_080
 
 
 def test_gpu_script_runs_end_to_end_on_the_cpu(tmp_path):
