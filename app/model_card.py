@@ -136,6 +136,11 @@ def held_out_summary(ev: dict) -> str | None:
             f"of the earlier corpus (without the documentation pages; still held out): "
             f"**{tr['earlier_split']['cross_entropy']:.2f}** (untrained {un['earlier_split']['cross_entropy']:.2f}, "
             f"unigram {uni['earlier_split']:.2f}).")
+    at = hw.get("as_trained")
+    if at and at.get("unwrapped_prose"):
+        text += (f" Its last training phase read the prose unwrapped; on the whole held-out split in that form: "
+                 f"**{at['trained']['cross_entropy']:.2f}** (unigram {at['unigram']:.2f}). The figures before and "
+                 "after read the text as written, as every earlier instance was measured.")
     prev = ev.get("previous_instance")
     if prev:
         ph = prev["held_out_windows"]
@@ -145,3 +150,28 @@ def held_out_summary(ev: dict) -> str | None:
                  f"on the first {ev['held_out_tokens']:,} held-out tokens {prev['first_tokens_cross_entropy']:.2f} "
                  f"against {ev['trained']['cross_entropy']:.2f} now.")
     return text + " Computed by `python -m model.evaluate`."
+
+
+def training_phases(card: dict) -> str | None:
+    """How a continued instance was trained, phase by phase (model.train --init-from writes
+    "continued_from" and "continuation" into the card): None for an instance trained in one run."""
+    first, second = card.get("continued_from"), card.get("continuation")
+    if not first or not second:
+        return None
+
+    def form(phase):
+        return ("its prose unwrapped (hard-wrapped paragraphs joined into one line each)"
+                if phase.get("unwrapped_prose") else "its prose as written, hard-wrapped")
+
+    def quant(phase):
+        q = phase.get("quant_from_step") or 0
+        return ("quantisation-aware throughout" if q == 0 else
+                f"quantisation-aware from step {q:,}")
+
+    return (f"two phases. First {first['steps']:,} steps (peak learning rate {first['lr']}, seed {first['seed']}, "
+            f"{first['train_minutes']} minutes, {quant(first)}) on the corpus with {form(first)}: validation "
+            f"loss {first['untrained_val_loss']:.2f} → {first['final_val_loss']:.2f}. Then `--init-from` continued "
+            f"those weights for {second['steps']:,} steps (peak learning rate {second['lr']}, seed {second['seed']}, "
+            f"{second['train_minutes']} minutes, {quant(second)}) on the same pieces with "
+            f"{form(second)}, so that prose continues with words rather than a line break: validation loss on that "
+            f"text {second['start_val_loss']:.2f} → {second['final_val_loss']:.2f}")

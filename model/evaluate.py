@@ -6,11 +6,15 @@ for the untrained instance with the same config and seed:
   windows spread over the whole held-out split (its mix of docstrings, manual, code and documentation
   pages), on windows spread over the earlier corpus's held-out split (still held out: see
   model/corpus.py; so instances trained on either corpus compare), and on the first 16,384 held-out
-  tokens in a row (the figure earlier evaluations gave);
+  tokens in a row (the figure earlier evaluations gave). All of these read the held-out text as
+  written (hard-wrapped prose), the text every earlier instance was measured on, so that instances
+  compare; "held_out_windows.as_trained" adds the whole split with its prose unwrapped
+  (model/corpus.py `unwrap`), the form an instance trained with unwrapped prose saw;
 * expert load (max/mean per MoE layer, experts that receive no token) on a held-out batch of
   512 x 128 tokens drawn like a training batch (windows spread over the held-out split), on one
   contiguous stretch of held-out text, and on a batch of the training split (the traffic the
-  balancing biases were set from);
+  balancing biases were set from); the two batches in the form of the text the biases were
+  calibrated on (prose unwrapped where the card says so), the stretch as written;
 * specialisation: mutual information between a token's character class (word, digit, punctuation,
   whitespace, Python keyword) and the experts it is routed to, averaged over the MoE layers;
 * a short greedy continuation of a fixed prompt.
@@ -189,7 +193,9 @@ def main(n_tokens: int = 16384, checkpoint=None, card=None, out=EVAL_PATH, quick
     t0 = time.time()
     model, tok = load_pretrained(**{k: Path(v) for k, v in (("path", checkpoint), ("card", card)) if v})
     facts = read_card(Path(card) if card else CARD)
-    train, val, _ = token_arrays(tok)
+    # as written: the text earlier instances were trained and measured on (comparable figures)
+    train, val, _ = token_arrays(tok, unwrap_prose=False)
+    train_u, val_u, _ = token_arrays(tok, unwrap_prose=True)
     earlier = earlier_split_tokens(tok)
     torch.manual_seed(0)
     untrained = K3Model(K3Config.tiny()).eval()
@@ -205,7 +211,12 @@ def main(n_tokens: int = 16384, checkpoint=None, card=None, out=EVAL_PATH, quick
                              "trained": held_out_cross_entropies(model, val, earlier),
                              "untrained": held_out_cross_entropies(untrained, val, earlier),
                              "unigram": {"whole_split": unigram_cross_entropy(train, val, tok.vocab_size),
-                                         "earlier_split": unigram_cross_entropy(train, val[:earlier], tok.vocab_size)}},
+                                         "earlier_split": unigram_cross_entropy(train, val[:earlier], tok.vocab_size)},
+                             # the whole split with its prose unwrapped, as an instance trained on
+                             # unwrapped prose saw it (unigram counts from the unwrapped training split)
+                             "as_trained": {"unwrapped_prose": bool(facts.get("data", {}).get("unwrapped_prose")),
+                                            "trained": cross_entropy_on_windows(model, val_u),
+                                            "unigram": unigram_cross_entropy(train_u, val_u, tok.vocab_size)}},
         "trained": measure(model, tok, val, n_tokens),
         "next_tokens": next_tokens(model, tok),
         "greedy_samples": [{"prompt": p, "text": greedy(model, tok, p)} for p in SAMPLE_PROMPTS],
@@ -214,9 +225,14 @@ def main(n_tokens: int = 16384, checkpoint=None, card=None, out=EVAL_PATH, quick
     if not quick:
         # the balance target: max/mean expert load on a held-out batch drawn the way training batches
         # are (windows spread over the split), as large as one bias update of the calibration; and the
-        # same on a batch of the training split, the traffic the biases were balanced for
-        result["load_heldout_batch"] = load_on_windows(model, val, n_windows=BATCH_WINDOWS)
-        result["load_training_batch"] = load_on_windows(model, train, n_windows=BATCH_WINDOWS, seed=999)
+        # same on a batch of the training split, the traffic the biases were balanced for; both
+        # in the form of the text the biases were calibrated on
+        unwrapped = bool(facts.get("data", {}).get("unwrapped_prose"))
+        load_train, load_val = (train_u, val_u) if unwrapped else (train, val)
+        result["load_heldout_batch"] = load_on_windows(model, load_val, n_windows=BATCH_WINDOWS) | {
+            "unwrapped_prose": unwrapped}
+        result["load_training_batch"] = load_on_windows(model, load_train, n_windows=BATCH_WINDOWS, seed=999) | {
+            "unwrapped_prose": unwrapped}
         result["untrained"] = measure(untrained, tok, val, n_tokens)
     if previous:
         # the instance this one replaces, measured by this code on the same windows (an evaluation file
@@ -233,6 +249,9 @@ def main(n_tokens: int = 16384, checkpoint=None, card=None, out=EVAL_PATH, quick
           f"untrained {hw['untrained']['whole_split']['cross_entropy']:.3f} / "
           f"{hw['untrained']['earlier_split']['cross_entropy']:.3f}, unigram {hw['unigram']['whole_split']:.3f} / "
           f"{hw['unigram']['earlier_split']:.3f}")
+    at = hw["as_trained"]
+    print(f"whole split with prose unwrapped: trained {at['trained']['cross_entropy']:.3f}, "
+          f"unigram {at['unigram']:.3f}")
     print(f"on the first {n_tokens:,} held-out tokens: trained {tr['cross_entropy']:.3f}, "
           f"unigram {result['unigram_cross_entropy']:.3f}, uniform {result['uniform_cross_entropy']:.3f}")
     print(f"class-expert MI: trained {tr['class_expert_mi_bits']:.3f} bits; max/mean load {tr['max_mean_load']}")

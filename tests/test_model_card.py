@@ -143,6 +143,24 @@ def test_held_out_summary_states_both_splits_and_the_replaced_instance():
                                "held_out_windows": {"whole_split": win(5.6), "earlier_split": win(5.0)}}
     text = held_out_summary(ev)
     assert "827,392 tokens seen" in text and "5.60 and 5.00" in text and "4.87 against 4.10 now" in text
+    assert "unwrapped" not in text                                       # trained on the text as written
+    ev["held_out_windows"]["as_trained"] = {"unwrapped_prose": True, "trained": win(3.6), "unigram": 6.9}
+    text = held_out_summary(ev)
+    assert "in that form: **3.60** (unigram 6.90)" in text and "**4.20**" in text
+
+
+def test_training_phases_tell_a_continued_run_phase_by_phase():
+    from app.model_card import training_phases
+    assert training_phases({"steps": 1300, "lr": 0.003}) is None           # one run: told in one sentence
+    first = {"steps": 1300, "lr": 0.003, "seed": 0, "train_minutes": 344.1, "quant_from_step": 909,
+             "untrained_val_loss": 8.8146, "final_val_loss": 3.655, "unwrapped_prose": False}
+    second = {"steps": 180, "lr": 0.001, "seed": 1, "train_minutes": 34.3, "quant_from_step": 0,
+              "start_val_loss": 3.7743, "final_val_loss": 3.6126, "unwrapped_prose": True}
+    text = training_phases({"continued_from": first, "continuation": second})
+    assert text.startswith("two phases. First 1,300 steps (peak learning rate 0.003, seed 0")
+    assert "quantisation-aware from step 909" in text and "as written, hard-wrapped: validation loss 8.81 → 3.65" in text
+    assert "for 180 steps (peak learning rate 0.001, seed 1" in text and "quantisation-aware throughout" in text
+    assert text.index("as written") < text.index("unwrapped") and text.endswith("3.77 → 3.61")
 
 
 def test_card_page_draws_its_training_charts_with_vega():

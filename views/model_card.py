@@ -6,7 +6,8 @@ from app.charts.model_card import bias_spec, training_spec
 from app.balance import LIVE_TARGET
 from app.live import banner, live
 from app.model_card import (balanced_floor, config_table, corpus_parts, held_out_summary, load_json,
-                            next_token_reading, next_token_table, train_log)
+                            next_token_reading, next_token_table, train_log,
+                            training_phases)
 from model.config import K3Config
 
 TINY = K3Config.tiny()
@@ -30,6 +31,8 @@ card, ev, log = load_json("k3_tiny.json"), load_json("k3_tiny_eval.json"), train
 # tokens per training step, and the minutes of the whole run (a resumed run's card sums its parts)
 STEP_TOKENS = (card or {}).get("batch", 8) * (card or {}).get("seq_len", 128)
 MINUTES = (card or {}).get("train_minutes", (card or {}).get("train_minutes_this_run", "?"))
+# a continued instance (model.train --init-from) trained in two phases, told one by one
+PHASES = training_phases(card) if card else None
 
 st.subheader("What it was trained on")
 if card:
@@ -54,13 +57,14 @@ if card:
         "training split; any Unicode text encodes (unknown characters fall back to bytes).\n"
         f"- **Training**: `python -m model.train`: {card.get('steps', 0):,} steps of {card.get('batch')} x "
         f"{card.get('seq_len')} tokens in {MINUTES} minutes on "
-        f"{card.get('hardware', '?')}, AdamW (peak learning rate "
-        f"{card.get('lr')}), {card.get('balancing', QB_WINDOW)}, and routed experts quantised to MXFP4 "
+        f"{card.get('hardware', '?')}, AdamW"
+        + (f" (peak learning rate {card.get('lr')})" if not PHASES else "")
+        + f", {card.get('balancing', QB_WINDOW)}, and routed experts quantised to MXFP4 "
         f"with MXFP8 activations from step {card.get('quant_from_step', 0):,} on, trained through the rounding with "
         "a straight-through estimator: this quantisation-aware pre-training is this project's choice (K3 trains "
-        "with quantisation only in post-training, SFT and RL, K3 report section 4.1, and names no estimator), "
-        f"seed {card.get('seed')}.\n"
-        f"- **Checkpoint**: `assets/{card.get('file')}`, routed experts packed as real MXFP4 (4-bit codes two "
+        "with quantisation only in post-training, SFT and RL, K3 report section 4.1, and names no estimator)"
+        + (f"; in {PHASES}.\n" if PHASES else f", seed {card.get('seed')}.\n")
+        + f"- **Checkpoint**: `assets/{card.get('file')}`, routed experts packed as real MXFP4 (4-bit codes two "
         f"per byte plus one power-of-two scale byte per 32 values), everything else bf16; SHA-256 "
         f"`{card.get('sha256', '')[:16]}…` checked on every load (loaded in "
         f"{getattr(lv.model, 'load_seconds', 0):.1f} s here).")
@@ -136,7 +140,10 @@ if ev:
         st.caption(
             f"Expert load measured by `python -m model.evaluate` on a held-out batch of {hb['tokens']:,} tokens: "
             f"{hb['tokens'] // 128:,} windows of 128 tokens drawn across the held-out split, the way training "
-            f"batches are drawn, routed with the biases frozen as shipped (the project's own target: at most "
+            f"batches are drawn"
+            + (", its prose unwrapped as in the second phase of training and in the calibration" if
+               hb.get("unwrapped_prose") else "")
+            + f", routed with the biases frozen as shipped (the project's own target: at most "
             f"{LIVE_TARGET:g}, no expert without tokens; the best any router can show on so many tokens is the "
             f"sampling floor {floor['median_layer']:.2f}; {sum(r <= LIVE_TARGET for r in hb.get('per_layer', []))} of "
             f"{len(hb.get('per_layer', []))} layers meet it). A batch of as many training-split "
@@ -145,7 +152,7 @@ if ev:
     floor_c = balanced_floor(n_c)
     st.caption(
         f"Balance depends on the traffic: on one contiguous stretch of {n_c:,} held-out tokens (a few "
-        f"documents in a row) the load is {tr_load['median_over_layers']:.2f} in the median layer and "
+        f"documents in a row, as written) the load is {tr_load['median_over_layers']:.2f} in the median layer and "
         f"{tr_load['max_over_layers']:.2f} in the worst, against {floor_c['median_layer']:.2f} and "
         f"{floor_c['worst_layer']:.2f} from sampling noise alone, and {tr['dead_experts']['total']} of the "
         f"{len(TINY.moe_layers) * TINY.n_routed_experts:,} layer-experts get no token. Experts specialise, so a few documents "
@@ -181,7 +188,10 @@ if log is not None:
                   f"training batch: with ~{STEP_TOKENS * 16 / 896:.0f} tokens per expert, sampling noise alone would put a "
                   f"perfectly balanced router at {balanced_floor(STEP_TOKENS)['worst_layer']:.1f} here, so read the trend, "
                   "not the level; "
-                  "almost no expert is left without tokens. Shaded: the quantisation-aware phase.",
+                  "almost no expert is left without tokens. Shaded: the quantisation-aware phase."
+                  + (f" From step {card['continued_from']['steps']:,} on the text's prose is unwrapped, so the "
+                     "validation loss there is measured on the unwrapped held-out text (a step up where the "
+                     "phases meet: the same pieces, tokenised differently)." if PHASES else ""),
                   alt="Training loss, validation loss and expert load balance per training step.", key="card_training")
     ui.vega_chart(bias_spec(log),
                   "How far apart the balancing biases of the experts sit: after every step QB sets them "
