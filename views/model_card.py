@@ -189,7 +189,7 @@ if log is not None:
                   f"perfectly balanced router at {balanced_floor(STEP_TOKENS)['worst_layer']:.1f} here, so read the trend, "
                   "not the level; "
                   "almost no expert is left without tokens. Shaded: the quantisation-aware phase."
-                  + (f" From step {card['continued_from']['steps']:,} on the text's prose is unwrapped, so the "
+                  + (f" From step {card['continued_from']['steps']:,} on, the text's prose is unwrapped, so the "
                      "validation loss there is measured on the unwrapped held-out text (a step up where the "
                      "phases meet: the same pieces, tokenised differently)." if PHASES else ""),
                   alt="Training loss, validation loss and expert load balance per training step.", key="card_training")
