@@ -374,7 +374,7 @@ def main(argv=None):
         del start_model
         log_before = args.init_from.parent / "train_log.csv"
         before = {"card": read_card(card_path),
-                  "log": list(csv.DictReader(open(log_before))) if log_before.exists() else [],
+                  "log": list(csv.DictReader(log_before.read_text().splitlines())) if log_before.exists() else [],
                   "val": evaluate(model.eval(), val, args.seq, device, quant=True)}
         print(f"continuing {args.init_from} ({before['card'].get('tokens_seen', 0):,} tokens seen): "
               f"validation loss {before['val']:.3f} on this corpus")
@@ -393,7 +393,7 @@ def main(argv=None):
             args.steps = json.loads(state_path.with_suffix(".json").read_text())["args"].get("steps", args.steps)
         start = load_state(model, opt, state_path, expect={"corpus_fingerprint": data_facts["corpus_fingerprint"],
                                                            "config": cfg.to_dict()}, args={**vars(args), "batch": B})
-        rows = list(csv.DictReader(open(log_path))) if log_path.exists() else []
+        rows = list(csv.DictReader(Path(log_path).read_text().splitlines())) if log_path.exists() else []
         rows = [r for r in rows if int(r["step"]) < start]
         print(f"resuming at step {start}")
     else:
@@ -474,7 +474,7 @@ def main(argv=None):
         "data": data_facts, "tokenizer": "byte-level BPE, 4,096 pieces (assets/tokenizer.json)",
         "corpus_licence": "Python Software Foundation License (CPython standard library docs and code)",
     }
-    rows = list(csv.DictReader(open(log_path)))
+    rows = list(csv.DictReader(Path(log_path).read_text().splitlines()))
     if before:
         facts = continued_facts(facts, before)
         rows = continued_log(before["log"], rows, before["card"])
