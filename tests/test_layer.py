@@ -543,3 +543,49 @@ def test_page_bad_link_values_get_a_notice_not_a_traceback(params, expect):
         assert e in text, (e, text)
     assert "<b>" not in text
     assert charts(at)
+
+
+def _domains(spec) -> set:
+    """Every value named in a colour scale's domain anywhere in a Vega-Lite spec (legend entries)."""
+    found = set()
+    if isinstance(spec, dict):
+        colour = spec.get("encoding", {}).get("color", {}) if isinstance(spec.get("encoding"), dict) else {}
+        found |= set((colour.get("scale") or {}).get("domain") or [])
+        for v in spec.values():
+            found |= _domains(v)
+    elif isinstance(spec, list):
+        for v in spec:
+            found |= _domains(v)
+    return found
+
+
+def _drawn_together(spec, datasets) -> list[set]:
+    """The series of each view: one view's dataset, or all the datasets a layered view's parts draw."""
+    out = []
+    if isinstance(spec, dict):
+        if "layer" in spec or "mark" in spec:
+            names = {part["data"].get("name") for part in spec.get("layer", [spec]) if "data" in part}
+            if "data" in spec:
+                names.add(spec["data"].get("name"))
+            out.append({row["series"] for n in names for row in datasets.get(n, [])
+                        if isinstance(row, dict) and "series" in row})
+        for k, v in spec.items():
+            if k != "layer":
+                out += _drawn_together(v, datasets)
+    elif isinstance(spec, list):
+        for v in spec:
+            out += _drawn_together(v, datasets)
+    return out
+
+
+def test_every_series_drawn_together_is_named_in_a_legend(live, data):
+    # a title or caption that speaks of "the orange line" is no help when the legend does not name it
+    from app.charts.layer import step_figure
+    for layer in LAYERS:
+        for st in ly.walk(data[layer], 3, CFG, live[2]):
+            spec = step_figure(st.key, st.data, live[2])
+            if spec is None:
+                continue
+            for series in _drawn_together(spec, spec.get("datasets", {})):
+                if len(series) > 1:
+                    assert series <= _domains(spec), (st.key, series - _domains(spec))

@@ -177,14 +177,18 @@ def kda_out_figure(d: dict, pieces=None) -> dict:
     cols = {"RMSNorm(o)": GREY, "gated": theme.KDA}
     bars = _bars("values", WIDTH, HEIGHT, group=True, colours=cols, xtitle="channel (head × value)")
     del bars["width"], bars["height"]            # a layer's size is set once, on the layer
-    gate = {"data": {"name": "gate"}, "mark": {"type": "line", "point": True, "color": theme.ACCENT},
+    gate_name = "gate σ(x W_g)"
+    # one colour scale for bars and line, so the legend names the gate too (offsets stay the bars' two)
+    bars["encoding"]["color"]["scale"] = {"domain": [*cols, gate_name], "range": [*cols.values(), theme.ACCENT]}
+    gate = {"data": {"name": "gate"}, "mark": {"type": "line", "point": True},
             "encoding": {"x": {"field": "channel", "type": "ordinal"},
                          "y": {"field": "value", "type": "quantitative"},
+                         "color": {"field": "series", "type": "nominal"},
                          "tooltip": [{"field": "series"}, {"field": "channel"}, {"field": "value", "format": ".3f"}]}}
     return _spec({"values": _vector("RMSNorm(o)", d["normed"]) + _vector("gated", d["gated"]),
-                  "gate": _vector("gate σ(x W_g)", d["gate"])},
+                  "gate": _vector(gate_name, d["gate"])},
                  {"layer": [bars, gate], "width": WIDTH, "height": HEIGHT},
-                 "the normalised read (grey), the gate (orange line, 0 to 1), and what passes (blue)")
+                 "the normalised read, the gate (a line, 0 to 1), and what passes")
 
 
 def mla_latent_figure(d: dict, pieces=None) -> dict:
