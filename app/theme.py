@@ -22,3 +22,12 @@ def ink(theme_type: str | None) -> str:
     """Text colour for marks drawn on a chart's canvas (which the chart's theme does not colour), for
     st.context.theme.type; mid grey, readable on both, when the theme is not known."""
     return INK.get(theme_type, "#808080")
+
+
+PAPER = {"light": "#ffffff", "dark": "#0e1117"}   # Streamlit's page background in its light and dark theme
+
+
+def paper(theme_type: str | None) -> str | None:
+    """The page's background colour for st.context.theme.type (None when not known), e.g. for a halo
+    that keeps a label readable where it crosses a line."""
+    return PAPER.get(theme_type)

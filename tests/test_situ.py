@@ -360,3 +360,28 @@ def test_csv_of_the_curve_charts_has_every_sample():
     assert list(out.columns) == ["g", "SwiGLU", "SiTU-GLU"] and len(out) == 2001
     assert out["SiTU-GLU"].iloc[-1] == pytest.approx(situ_ref(10, 3.0))
     assert len(curve_table(df, "derivatives").columns) == 7 and len(curve_table(df, "factors")) == 2001
+
+
+def test_a_line_drawn_on_a_reference_line_is_named_by_its_label():
+    # a variant held at the cap (100) is drawn on the cap's own line: the cap's label must say so, sit
+    # under the line, and be drawn over the variants' lines (with a halo of the page's colour)
+    import pandas as pd
+    from app.charts.situ import runs_along
+    rows = []
+    for a, norm, level in (("swiglu", False, 5.0), ("swiglu", True, 300.0), ("situ_glu", False, 99.0),
+                           ("situ_glu", True, 40.0)):
+        name = f"{'SiTU-GLU' if a == 'situ_glu' else 'SwiGLU'}, {'with' if norm else 'no'} RMSNorm before W_up"
+        rows += [{"layer": layer, "variant": name, "activation": a, "norm": norm, "max_h": level * (1 + 0.01 * (layer % 2)),
+                  "rms_out": 1.0} for layer in range(1, 93)]
+    spec = chain_spec(pd.DataFrame(rows), "max_h", theme_type="dark")
+    texts = [part for part in spec["layer"] if part["mark"]["type"] == "text" and "values" in part.get("data", {})]
+    cap = [t for t in texts if t["data"]["values"][0]["y"] == CAP]
+    assert cap and all(t["data"]["values"][0]["label"] == "SiTU-GLU cap 100 (SiTU-GLU, no norm runs along it)"
+                       for t in cap)
+    assert all(t["mark"]["baseline"] == "top" for t in cap)                          # under the line
+    assert any(t["mark"].get("stroke") == "#0e1117" for t in cap)                    # the dark page's colour
+    fp8 = [t for t in texts if t["data"]["values"][0]["y"] == FP8_MAX]
+    assert fp8 and fp8[0]["data"]["values"][0]["label"] == "E4M3 max 448 (no block scale)"   # nothing on it
+    kinds = [part["mark"]["type"] for part in spec["layer"]]
+    assert kinds.index("line") < min(i for i, k in enumerate(kinds) if k == "text")   # labels over the lines
+    assert runs_along([100, 99, 101, 30], 100) and not runs_along([100, 30, 20, 10], 100)

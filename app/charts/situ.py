@@ -83,9 +83,9 @@ def _hover_layer(name: str, data: str, x: dict, tooltip: list[dict]) -> dict:
                          "tooltip": tooltip}}
 
 
-def _hlines(rows: list[dict], label_align: str = "left") -> list[dict]:
+def _hlines(rows: list[dict], label_align: str = "left", halo: str | None = None) -> list[dict]:
     """Horizontal reference lines (rows: y, colour, dash, label, and the name its tooltip gives), each
-    labelled above its left (or right) end in its own colour."""
+    labelled above its left (or right) end in its own colour, or below it where a row says `below`."""
     layers = []
     for r in rows:
         data = {"values": [{"y": r["y"], "label": r["label"], "line": r.get("name", r["label"])}]}
@@ -95,11 +95,15 @@ def _hlines(rows: list[dict], label_align: str = "left") -> list[dict]:
                                     "tooltip": [{"field": "line"}, {"field": "y", "type": "quantitative", "title": "at",
                                                                     "format": ",.4~g"}]}})
         if r["label"]:
-            layers.append({"data": data, "mark": {"type": "text", "tooltip": None, "align": label_align, "baseline": "bottom",
-                                                  "dx": 4 if label_align == "left" else -4, "dy": -2,
-                                                  "color": r["colour"]},
-                           "encoding": {"x": {"value": 0} if label_align == "left" else {"value": "width"},
-                                        "y": {"field": "y", "type": "quantitative"}, "text": {"field": "label"}}})
+            below = r.get("below", False)
+            text = {"type": "text", "tooltip": None, "align": label_align, "baseline": "top" if below else "bottom",
+                    "dx": 4 if label_align == "left" else -4, "dy": 3 if below else -2, "color": r["colour"]}
+            where = {"x": {"value": 0} if label_align == "left" else {"value": "width"},
+                     "y": {"field": "y", "type": "quantitative"}, "text": {"field": "label"}}
+            if halo:        # the page's colour drawn thick under the text, so a line it crosses stays behind it
+                layers.append({"data": data, "mark": text | {"stroke": halo, "strokeWidth": 4, "strokeJoin": "round"},
+                               "encoding": where})
+            layers.append({"data": data, "mark": text, "encoding": where})
     return layers
 
 
@@ -523,6 +527,13 @@ def _short_variant(name: str) -> str:
     return name.replace(", with RMSNorm before W_up", " with norm").replace(", no RMSNorm before W_up", ", no norm")
 
 
+def runs_along(values, level: float, within: float = 0.05, share: float = 0.5) -> bool:
+    """Whether a line lies on a horizontal line at `level`: at least `share` of its values within
+    `within` (relative) of it, so that on a log chart the two are drawn one over the other."""
+    v = np.asarray(values, dtype=float)
+    return bool(len(v)) and float(np.mean(np.abs(v / level - 1) <= within)) >= share
+
+
 def chain_spec(table: pd.DataFrame, metric: str = "max_h", ceiling: float = 1e6,
                theme_type: str | None = None) -> dict:
     """Activation magnitude per layer of the routed-path chain, log y, one line per variant. Values
@@ -560,7 +571,13 @@ def chain_spec(table: pd.DataFrame, metric: str = "max_h", ceiling: float = 1e6,
     if metric == "max_h":
         for value, colour, dash, text in (*LIMITS, (3.4e38, GREY, DASHDOT, "FP32 / BF16 max 3.4e38")):
             if value <= hi_val * 10:
-                refs.append({"y": value, "colour": colour, "dash": dash, "label": text})
+                # a variant drawn on top of the line would hide in it: the line's label names it
+                riding = [_short_variant(line["variant"].iloc[0]) for line in lines if runs_along(line["value"], value)]
+                shown_as = text + (f" ({' and '.join(riding)} run{'s' if len(riding) == 1 else ''} along it)"
+                                   if riding else "")
+                # under the line when something runs on it (its label above would sit on that line too)
+                refs.append({"y": value, "colour": colour, "dash": dash, "label": shown_as, "name": text,
+                             "below": bool(riding)})
                 hi_val = max(hi_val, value)
     lo_val = lo_val if np.isfinite(lo_val) else 1e-3
     y_lo, y_hi = math.log10(lo_val) - 0.5, math.log10(hi_val) + 0.8
@@ -585,9 +602,13 @@ def chain_spec(table: pd.DataFrame, metric: str = "max_h", ceiling: float = 1e6,
                           for v in col.to_numpy(dtype=float)]
     tooltip = [{"field": "layer", "type": "quantitative", "title": "MoE layer"}] + \
         [{"field": f"v{i}", "title": _short_variant(name)} for i, name in enumerate(names)]
-    layers = [_hover_layer("hover_chain", "hover", x, tooltip)] + _hlines(refs, label_align="right") + [
+    # reference lines under the variants' lines, their labels over them (they sit among the lines), each
+    # label with a halo of the page's colour
+    refs_drawn = _hlines(refs, label_align="right", halo=theme.paper(theme_type))
+    layers = [_hover_layer("hover_chain", "hover", x, tooltip)] + [
+        part for part in refs_drawn if part["mark"]["type"] == "rule"] + [
         {"data": {"name": "layers"}, "mark": {"type": "line", "strokeWidth": 2.5, "clip": True},
-         "encoding": {"x": x, "y": y, **style}}]
+         "encoding": {"x": x, "y": y, **style}}] + [part for part in refs_drawn if part["mark"]["type"] == "text"]
     for data, shape, baseline, rows in (("gone", "triangle-up", "middle", gone_rows),
                                         ("zero", "triangle-down", "bottom", zero_rows)):
         if rows:
