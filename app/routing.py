@@ -107,6 +107,19 @@ class Rerouting:
             return None
         return layers[0], (ov if self.scope == "from" else {layers[0]: ov})
 
+    def describe(self, cfg: K3Config) -> list[str]:
+        """The settings in words, one line each (what presenter mode shows in place of the controls)."""
+        E = cfg.n_routed_experts
+        ids = lambda xs: ", ".join(map(str, xs)) if xs else "none"          # noqa: E731
+        lines = [f"Experts per token: every one of {E} (dense)" if self.dense
+                 else f"Experts per token: {self.top_k} of {E}" + (" (the model's own)" if self.top_k == cfg.top_k else ""),
+                 f"Balancing bias: {'on' if self.use_bias else 'off'}",
+                 f"Knocked out: {ids(self.knocked_out)}",
+                 f"Forced: {ids(self.forced)}"]
+        if self.override(cfg) is not None:
+            lines.append(f"Applies at: {SCOPES.get(self.scope, SCOPES['from'])}")
+        return lines
+
     def applies_at(self, view_layer: int, layer: int, cfg: K3Config) -> RoutingOverride | None:
         """The override MoE layer `layer` runs with while the person looks at `view_layer`."""
         return self.override(cfg) if layer in self.layers(view_layer, cfg) else None

@@ -190,7 +190,7 @@ def token_index(view: state.View, ids, widget, label: str, *args, **kwargs) -> i
 _TRUE = {"1", "true", "on", "yes"}
 
 # Presenter mode: static CSS written by us (no user text). Large type, the page's controls hidden (the
-# link already fixed the view). Charts are made taller by ui.presenter_spec (a figure height), never by
+# link already fixed the view), with the element boxes around them, so they leave no gaps. Charts are made taller by ui.presenter_spec (a figure height), never by
 # restyling plotly's container: plotly measures that container, and a flex or min-height box around it
 # drew charts without their axes and legends.
 PRESENTER_CSS = """
@@ -209,6 +209,11 @@ PRESENTER_CSS = """
   [data-testid="stNumberInput"], [data-testid="stRadio"], [data-testid="stCheckbox"],
   [data-testid="stButtonGroup"], [data-testid="stButton"], [data-testid="stDownloadButton"],
   [data-testid="stPageLink"]) { display: none !important; }
+[data-testid="stMain"] [data-testid="stElementContainer"]:has(> :is([data-testid="stSlider"],
+  [data-testid="stSelectSlider"], [data-testid="stSelectbox"], [data-testid="stMultiSelect"],
+  [data-testid="stTextArea"], [data-testid="stTextInput"], [data-testid="stNumberInput"], [data-testid="stRadio"],
+  [data-testid="stCheckbox"], [data-testid="stButtonGroup"], [data-testid="stButton"],
+  [data-testid="stDownloadButton"], [data-testid="stPageLink"])) { display: none !important; }
 </style>
 """
 

@@ -52,3 +52,19 @@ def test_presenter_mode_still_shows_the_prompt_its_text_box_hides():
     assert not at.exception
     assert any(t.value == VERBATIM + prompt.strip() for t in at.text)               # the text, verbatim
     assert not about_controls()                    # the note on the re-routing controls goes with the controls
+    # the controls are hidden, so the box says what they are set to
+    said = [m.value for m in at.markdown if m.value.startswith("Experts per token:")]
+    assert said == ["Experts per token: 16 of 896 (the model's own)  \nBalancing bias: on  \nKnocked out: none  \n"
+                    "Forced: none"]
+
+
+def test_rerouting_in_words():
+    from app.routing import Rerouting
+    from model.config import K3Config
+    cfg = K3Config.tiny()
+    assert Rerouting().describe(cfg) == ["Experts per token: 16 of 896 (the model's own)", "Balancing bias: on",
+                                         "Knocked out: none", "Forced: none"]
+    changed = Rerouting(top_k=4, use_bias=False, knocked_out=(3, 40), forced=(7,), scope="only").describe(cfg)
+    assert changed == ["Experts per token: 4 of 896", "Balancing bias: off", "Knocked out: 3, 40", "Forced: 7",
+                       "Applies at: this layer only"]
+    assert Rerouting(dense=True).describe(cfg)[0] == "Experts per token: every one of 896 (dense)"

@@ -160,6 +160,8 @@ def explorer(prompt) -> None:
                        "their input changed.")
         st.button("Reset routing", key="routing_reset", on_click=reset_routing, icon=":material/restart_alt:")
         settings, notes = current_settings()
+        if st.session_state.get(ui.K_PRESENT):            # the controls are hidden: say what they are set to
+            st.markdown("  \n".join(settings.describe(cfg)))        # our words and numbers only
         for n in notes:
             st.warning(n, icon=":material/rule:")
     shares, outcome, below, fingerprint = (st.container() for _ in range(4))
