@@ -2,7 +2,7 @@
 download format). Embedded (`?embed=true`), a page shows alone: no navigation and no sidebar."""
 import streamlit as st
 
-from app import ui
+from app import state, ui
 from app.navigation import PAGES
 
 ss = st.session_state
@@ -31,8 +31,10 @@ else:
         ui.glossary_lookup()
         ui.sidebar_controls()
         ui.share_box()
+state.notice_slot(st.container())          # link notices, above the title on every page
 try:
     page.run()
 finally:                    # also after a page's st.stop()
+    state.notice_slot(None)     # a fragment's rerun writes its notices in place
     if not embedded:
         ui.tour_footer(here)

@@ -24,6 +24,8 @@ The prompt and the token are shared by every page (one owner each): `prompt_inpu
 """
 from __future__ import annotations
 
+import threading
+
 import math
 import re
 from collections.abc import Callable, Sequence
@@ -253,8 +255,26 @@ def _write_link(ns: str, c: Control, value, page_ns: str) -> None:
         written[c.param] = text
 
 
+_slot = threading.local()          # per session's script thread: where this run's link notices go
+
+
+def notice_slot(container) -> None:
+    """Put this run's link notices in `container` (streamlit_app.py: one at the top of every page, so a
+    notice sits in the same place whichever page it is on and wherever the page declares its controls)."""
+    _slot.container = container
+
+
+def _in_fragment_rerun() -> bool:
+    from streamlit.runtime.scriptrunner_utils.script_run_context import get_script_run_ctx
+    ctx = get_script_run_ctx()
+    return bool(ctx is not None and ctx.fragment_ids_this_run)
+
+
 def notice(text: str) -> None:
-    st.info(text, icon=":material/link_off:")
+    """A notice about a link value: in the page's notice slot, or here when there is none (a page run on
+    its own, as the tests do; a fragment's rerun, which may write only inside the fragment)."""
+    where = getattr(_slot, "container", None)
+    (where if where is not None and not _in_fragment_rerun() else st).info(text, icon=":material/link_off:")
 
 
 # ---- a page's controls ----------------------------------------------------------------------------------

@@ -62,3 +62,27 @@ def test_junk_query_params_get_a_notice_not_a_traceback():
     notice = " ".join(i.value for i in at.info)
     assert "ignored link parameters" in notice
     assert "<script>" not in notice          # escaped, shown as text
+
+
+def _main_order(at) -> list:
+    """(element type, value) of the main area's elements in page order."""
+    seen = []
+
+    def walk(node):
+        seen.append((getattr(node, "type", None), getattr(node, "value", None)))
+        for child in getattr(node, "children", {}).values():
+            walk(child)
+    walk(at.main)
+    return seen
+
+
+@pytest.mark.parametrize("path", ["views/glossary.py", "views/claims.py", "views/balance.py", "views/moa.py"])
+def test_a_link_notice_sits_above_the_title_on_every_page(path):
+    # one place for a bad link's notice, whichever page it is on and wherever that page declares its controls
+    at = AppTest.from_file(str(ROOT / "streamlit_app.py"), default_timeout=180)
+    at.switch_page(path)
+    at.query_params["zz"] = "1"
+    at.run()
+    assert not at.exception
+    kinds = [kind for kind, value in _main_order(at) if kind in ("info", "title")]
+    assert kinds[:2] == ["info", "title"], (path, kinds[:4])
