@@ -69,7 +69,7 @@ def headlines(cfg: K3Config | None = None) -> list[Headline]:
                  "derived: 896 / 16", "routed experts per active routed expert",
                  detail=f"{cfg.n_routed_experts} / {cfg.top_k}"),
         Headline("Layers", (cfg.num_layers, cfg.n_kda, cfg.n_mla), f"{cfg.num_layers}", (93, 69, 24),
-                 "93 = 69 KDA + 24 gated MLA", 0, K3_SOURCE, "config: layer_types (3 KDA : 1 MLA, final MLA)",
+                 "69 + 24", 0, K3_SOURCE, "config: layer_types (3 KDA : 1 MLA, final MLA)",
                  detail=f"{cfg.n_kda} KDA + {cfg.n_mla} gated MLA"),
     ]
 

@@ -104,3 +104,12 @@ def test_markdown_table_keeps_its_columns_and_makes_cells_inert():
     body = "\n".join(lines[2:])
     assert "<script>" not in body and "**" not in body.replace("\\*", "") and "`" not in body.replace("\\`", "")
     assert "\\&lt;" in body and "\u00a0" in lines[5]         # an entity stays as typed; an empty cell keeps its place
+
+
+def test_every_headline_card_keeps_its_row_height():
+    # a card whose lines wrap is taller than the others in its row (the Layers card was): in the wide
+    # layout a card's line holds about 29 characters at the sidebar's default width (1,400 px window)
+    from app.overview import headlines
+    for h in headlines():
+        assert len(f"✓ matches published {h.published_text}") <= 29, h.label
+        assert len(h.detail) <= 29, h.label
