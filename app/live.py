@@ -6,6 +6,7 @@
   explorer's what-if;
 * `computing()`: the one lock every computation on the live model (or on a variant sharing its
   tensors) holds, so concurrent sessions take turns on the server's few cores;
+* `prefetch()`: re-runs one nudge away, computed in the background while the server is idle;
 * `prepare_prompt()`: a typed prompt validated and tokenised (app/ui.py draws the box).
 
 Per-session choices travel with the call as one frozen RunOptions (routing overrides, quant,
@@ -16,6 +17,7 @@ from __future__ import annotations
 import gc
 import os
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -113,19 +115,33 @@ def prepare_prompt(text: str, tok: Tokenizer) -> Prompt | str:
     return Prompt(tok.decode(ids), tuple(ids), tuple(tok.pieces(ids)), tuple(notices))
 
 
+_BUSY = {"active": 0, "until": 0.0}      # computations for sessions now, and when the last one ended
+_BUSY_LOCK = threading.Lock()
+
+
+def _busy(delta: int) -> None:
+    with _BUSY_LOCK:
+        _BUSY["active"] += delta
+        _BUSY["until"] = time.monotonic()
+
+
 @contextmanager
 def computing(threads: int | None = None) -> Iterator[None]:
     """Hold the live model's lock, in inference mode, for one computation on the model; with `threads`, that
     many intra-op threads meanwhile (for a one-off computation that no session's request runs beside, since
     every computation on the model waits for this lock)."""
-    with _LOCK, torch.inference_mode():
-        before = torch.get_num_threads()
-        if threads:
-            torch.set_num_threads(threads)
-        try:
-            yield
-        finally:
-            torch.set_num_threads(before)
+    _busy(+1)
+    try:
+        with _LOCK, torch.inference_mode():
+            before = torch.get_num_threads()
+            if threads:
+                torch.set_num_threads(threads)
+            try:
+                yield
+            finally:
+                torch.set_num_threads(before)
+    finally:
+        _busy(-1)
 
 
 def forward(ids, routing=None, quant: bool = False, activation: str | None = None, *,
@@ -157,4 +173,99 @@ def _forward(ids: tuple[int, ...], options: RunOptions) -> K3Output:
 def _resume(ids: tuple[int, ...], from_layer: int, options: RunOptions) -> K3Output:
     base, model = forward(ids), live().model              # cached: fetched before taking the lock
     with computing():
-        return model.resume(base, from_layer, options=options)
+        ready = _prefetcher.take((ids, from_layer, options))   # computed while the server was idle
+        return ready if ready is not None else model.resume(base, from_layer, options=options)
+
+
+# ---- idle-time prefetch -----------------------------------------------------------------------------
+# A person nudging a control (top-k one step, the bias off, a knock-out) asks for a re-run of ~50 layers,
+# ~0.3 s of the model on this machine. While no session is computing, a background thread runs the re-runs
+# one nudge away from what a page shows (the Routing explorer names them while it shows the model's own
+# routing: app/routing.py `neighbours`), so that first nudge finds its answer ready. It never runs beside
+# a session's computation: it starts only after the server has been idle for IDLE_S, takes the model's
+# one lock like everything else (a request that comes meanwhile waits for at most the one re-run under
+# way), and keeps only the newest page's wishes. With many sessions busy it seldom finds the server idle
+# and does nothing, so it adds no load when load is high. K3_PREFETCH=0 turns it off.
+IDLE_S = 0.5
+KEEP = 4            # prefetched runs held (~20-40 MB each); the oldest goes first
+HANDED = 16         # keys handed over to _resume's cache lately: not wished for again
+
+
+class Prefetcher:
+    def __init__(self) -> None:
+        self._wanted: list[tuple[tuple, K3Output, K3Model]] = []
+        self._ready: dict[tuple, K3Output] = {}
+        self._handed: dict[tuple, None] = {}              # an ordered set: oldest first
+        self._cond = threading.Condition()
+        self._thread: threading.Thread | None = None
+        self.enabled = os.environ.get("K3_PREFETCH", "1") != "0"
+
+    def want(self, jobs: list[tuple[tuple, K3Output, K3Model]]) -> None:
+        """Replace the wish list: (key, base forward, model) per re-run, key = (ids, from_layer, options)."""
+        if not self.enabled:
+            return
+        with self._cond:
+            self._wanted = [j for j in jobs if j[0] not in self._ready and j[0] not in self._handed]
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._work, name="k3-prefetch", daemon=True)
+                self._thread.start()
+            self._cond.notify()
+
+    def take(self, key: tuple) -> K3Output | None:
+        """The prefetched run for `key` (None when there is none), and a note that its asker now has it
+        (the caller's cache keeps it, so it is not computed again)."""
+        with self._cond:
+            self._handed[key] = None
+            while len(self._handed) > HANDED:
+                self._handed.pop(next(iter(self._handed)))
+            return self._ready.pop(key, None)
+
+    def ready(self, key: tuple) -> bool:
+        with self._cond:
+            return key in self._ready
+
+    def _next_job(self):
+        """Wait until there is a wish and the server has been idle IDLE_S; return it (or None to stop)."""
+        with self._cond:
+            while True:
+                while not self._wanted:
+                    if not self._cond.wait(timeout=60):
+                        return None                                  # nothing asked for a minute: stop
+                quiet = time.monotonic() - _BUSY["until"]
+                if _BUSY["active"] == 0 and quiet >= IDLE_S:
+                    return self._wanted.pop(0)
+                self._cond.wait(timeout=max(IDLE_S - quiet, 0.05))
+
+    def _work(self) -> None:
+        while (job := self._next_job()) is not None:
+            key, base, model = job
+            if not _LOCK.acquire(blocking=False):                   # a session got there first
+                with self._cond:
+                    self._wanted.insert(0, job)
+                continue
+            try:
+                if _BUSY["active"] == 0:
+                    with torch.inference_mode():
+                        out = model.resume(base, key[1], options=key[2])
+                    with self._cond:
+                        self._ready[key] = out
+                        while len(self._ready) > KEEP:
+                            self._ready.pop(next(iter(self._ready)))
+                else:
+                    with self._cond:
+                        self._wanted.insert(0, job)
+            except Exception:                                        # a wish is only a wish
+                pass
+            finally:
+                _LOCK.release()
+
+
+_prefetcher = Prefetcher()
+
+
+def prefetch(ids, runs: list[tuple[int, RunOptions]]) -> None:
+    """Ask for re-runs (from_layer, options) of forward(ids) to be computed while the server is idle; the
+    newest call replaces the wishes of the one before. Returns at once."""
+    ids = tuple(int(i) for i in ids)
+    base, model = forward(ids), live().model
+    _prefetcher.want([((ids, int(start), options), base, model) for start, options in runs])

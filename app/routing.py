@@ -435,6 +435,19 @@ def chart_label(piece: str, limit: int = 24) -> str:
     return text if len(text) <= limit else text[:limit] + "…"
 
 
+def neighbours(settings: Rerouting, expert: int | None = None) -> list[Rerouting]:
+    """The settings one nudge away, likeliest first: top-k one up and one down, the balancing bias
+    flipped, the expert in the panel knocked out (what app.live.prefetch computes ahead while the server
+    is idle)."""
+    if settings.dense:
+        return []
+    out = [replace(settings, top_k=k) for k in (settings.top_k + 1, settings.top_k - 1) if 1 <= k <= MAX_TOP_K]
+    out.append(replace(settings, use_bias=not settings.use_bias))
+    if expert is not None and expert not in settings.knocked_out + settings.forced:
+        out.append(replace(settings, knocked_out=tuple(sorted((*settings.knocked_out, int(expert))))))
+    return out
+
+
 # ---- cached wrappers for the page (the only Streamlit here) ---------------------------------------
 
 def rerouted(ids, layer: int, settings: Rerouting) -> K3Output | None:
@@ -446,6 +459,14 @@ def rerouted(ids, layer: int, settings: Rerouting) -> K3Output | None:
         return None
     start, routing = plan
     return live.resume(ids, start, RunOptions(routing))
+
+
+def prefetch_neighbours(ids, layer: int, settings: Rerouting, expert: int | None = None) -> None:
+    """Ask app.live to compute, while the server is idle, the re-runs of the settings one nudge away."""
+    from app import live
+    cfg = live.live().model.cfg
+    plans = [p for p in (normalise(n, cfg)[0].plan(layer, cfg) for n in neighbours(settings, expert)) if p is not None]
+    live.prefetch(ids, [(start, RunOptions(routing)) for start, routing in plans])
 
 
 @st.cache_resource(show_spinner=False)

@@ -18,6 +18,13 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+def pytest_configure(config):
+    # The app's idle-time prefetch (app/live.py) off in tests and in the servers they start, so that CPU
+    # and timings stay each test's own; tests/test_live.py turns it on where it is the subject. (A hook,
+    # not module code: bench/ imports this module and its servers keep the prefetch on.)
+    os.environ.setdefault("K3_PREFETCH", "0")
+
+
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                   "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 IDLE = '[data-testid="stApp"][data-test-script-state="notRunning"][data-test-connection-state="CONNECTED"]'

@@ -66,3 +66,72 @@ def test_no_full_collection_of_the_long_lived_heap_after_a_run():
     tracked = {id(o) for o in gc.get_objects()}                # what a full pass still scans: not the model
     assert id(lv.model) not in tracked and id(lv.model.layers[40].ffn.router) not in tracked
     assert id(torch.nn.functional) not in tracked              # nor the libraries
+
+
+def _wait(cond, seconds=60.0):
+    import time
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        if cond():
+            return True
+        time.sleep(0.02)
+    return False
+
+
+def test_idle_prefetch_computes_the_nudge_ahead_and_resume_hands_it_over():
+    import time
+    from app import routing as rt
+    lv = live.live()
+    ids = tuple(lv.tokenizer.encode(PRESETS["Numbers"]))
+    pf = live._prefetcher
+    pf.enabled = True
+    try:
+        _prefetch_checks(lv, ids, pf)
+    finally:
+        pf.enabled = live.os.environ.get("K3_PREFETCH", "1") != "0"
+
+
+def _prefetch_checks(lv, ids, pf):
+    import time
+    from app import routing as rt
+    settings = rt.Rerouting()
+    layer = 60
+    rt.prefetch_neighbours(ids, layer, settings, expert=5)
+    keys = [(ids, start, RunOptions(routing)) for start, routing in
+            (n.plan(layer, lv.model.cfg) for n in rt.neighbours(settings, 5))]
+    assert len(keys) == 4 and keys[0][2].routing == RoutingOverride(top_k=17, use_bias=True)
+    assert _wait(lambda: all(pf.ready(k) for k in keys))
+    ready = {k: pf._ready[k] for k in keys}
+    # what the page asks for next is the prefetched run itself, and it equals a full forward with the routing
+    up = rt.rerouted(ids, layer, rt.normalise(rt.Rerouting(top_k=17), lv.model.cfg)[0])
+    assert up is ready[keys[0]] and not pf.ready(keys[0])
+    ov = keys[0][2].routing                                    # from the viewed layer on
+    with torch.inference_mode():
+        full = lv.model(torch.tensor([ids]), routing={m: ov for m in lv.model.cfg.moe_layers if m >= layer})
+    assert torch.equal(up.logits, full.logits)
+    knocked = rt.rerouted(ids, layer, rt.normalise(rt.Rerouting(knocked_out=(5,)), lv.model.cfg)[0])
+    assert knocked is ready[keys[3]]
+    # never beside a session's computation: while one runs (and for IDLE_S after), the wish waits
+    other = (ids, 70, RunOptions(RoutingOverride(top_k=9)))
+    with live.computing():
+        pf.want([(other, live.forward(ids), lv.model)])
+        time.sleep(0.5)
+        assert not pf.ready(other)
+    assert _wait(lambda: pf.ready(other))
+    # the newest wish list replaces the older one
+    late = [(ids, 80, RunOptions(RoutingOverride(top_k=k))) for k in (2, 3)]
+    with live.computing():
+        pf.want([(late[0], live.forward(ids), lv.model)])
+        pf.want([(late[1], live.forward(ids), lv.model)])
+    assert _wait(lambda: pf.ready(late[1]))
+    time.sleep(0.5)
+    assert not pf.ready(late[0])
+
+
+def test_neighbours_are_one_nudge_away():
+    from app import routing as rt
+    s = rt.Rerouting(top_k=1, knocked_out=(3,))
+    assert rt.neighbours(s, expert=3) == [rt.Rerouting(top_k=2, knocked_out=(3,)),
+                                          rt.Rerouting(top_k=1, use_bias=False, knocked_out=(3,))]
+    assert rt.neighbours(rt.Rerouting(dense=True)) == []
+    assert rt.neighbours(rt.Rerouting(), expert=9)[-1] == rt.Rerouting(knocked_out=(9,))

@@ -336,6 +336,10 @@ def layer_view(prompt, token: int, settings: rt.Rerouting, nav, left, below):
                        "code) that the model never trained on, routed with the model's own settings. Tokens that share "
                        "an expert show what it specialises in — often a kind of word piece or a position in code.")
 
+    # from the model's own routing, the first nudge's answer, computed while the server is idle
+    if layer > 0 and not view["play"] and plan is None:
+        rt.prefetch_neighbours(prompt.ids, layer, settings, expert)
+
     def finish() -> None:
         if held_slot is not None:
             with held_slot.container():
