@@ -255,6 +255,7 @@ def _write_link(ns: str, c: Control, value, page_ns: str) -> None:
         written[c.param] = text
 
 
+_LAST_INPUT = "_k3_last_input"     # the widget key whose own input caused the latest run
 _slot = threading.local()          # per session's script thread: where this run's link notices go
 
 
@@ -350,9 +351,19 @@ class View:
         if not following and (store.get(param) != fitted or st.query_params.get(c.param) is None):
             self.set(param, fitted)
         key = self.key(param)
-        st.session_state[key] = list(fitted) if isinstance(fitted, list) else fitted
+        want = list(fitted) if isinstance(fitted, list) else fitted
+        # A value the script writes is pushed to the browser's widget. Pushed back to the widget whose own
+        # input caused this run, it undid key presses a person had made on a slider since that commit (a
+        # press was lost): that widget already shows its value, so it is left alone. Every other widget
+        # gets the value (after new text a re-drawn slider would otherwise show its minimum).
+        own_input = st.session_state.get(_LAST_INPUT) == key
+        if own_input:
+            del st.session_state[_LAST_INPUT]                # good for this one run
+        if not (own_input and st.session_state.get(key) == want):
+            st.session_state[key] = want
 
         def changed():
+            st.session_state[_LAST_INPUT] = key
             self._changed(param, required)
             if on_change is not None:
                 on_change()
