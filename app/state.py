@@ -24,10 +24,9 @@ The prompt and the token are shared by every page (one owner each): `prompt_inpu
 """
 from __future__ import annotations
 
-import threading
-
 import math
 import re
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any

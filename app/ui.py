@@ -190,9 +190,10 @@ def token_index(view: state.View, ids, widget, label: str, *args, **kwargs) -> i
 _TRUE = {"1", "true", "on", "yes"}
 
 # Presenter mode: static CSS written by us (no user text). Large type, the page's controls hidden (the
-# link already fixed the view), with the element boxes around them, so they leave no gaps. Charts are made taller by ui.presenter_spec (a figure height), never by
-# restyling plotly's container: plotly measures that container, and a flex or min-height box around it
-# drew charts without their axes and legends.
+# link already fixed the view), with the element boxes around them, so they leave no gaps. Charts are
+# made taller by ui.presenter_spec (a figure height), never by restyling plotly's container: plotly
+# measures that container, and a flex or min-height box around it drew charts without their axes and
+# legends.
 PRESENTER_CSS = """
 <style id="k3-presenter">
 [data-testid="stMain"] [data-testid="stMarkdownContainer"] p,
