@@ -193,7 +193,10 @@ _TRUE = {"1", "true", "on", "yes"}
 # link already fixed the view), with the element boxes around them, so they leave no gaps. Charts are
 # made taller by ui.presenter_spec (a figure height), never by restyling plotly's container: plotly
 # measures that container, and a flex or min-height box around it drew charts without their axes and
-# legends.
+# legends. The controls it hides, each widget and the element box around it, are listed once:
+_PRESENTER_HIDDEN = ", ".join(f'[data-testid="{t}"]' for t in (
+    "stSlider", "stSelectSlider", "stSelectbox", "stMultiSelect", "stTextArea", "stTextInput", "stNumberInput",
+    "stRadio", "stCheckbox", "stButtonGroup", "stButton", "stDownloadButton", "stPageLink"))
 PRESENTER_CSS = """
 <style id="k3-presenter">
 [data-testid="stMain"] [data-testid="stMarkdownContainer"] p,
@@ -205,18 +208,10 @@ PRESENTER_CSS = """
 [data-testid="stMain"] [data-testid="stMetricValue"],
 [data-testid="stMain"] [data-testid="stMetricValue"] [data-testid="stMarkdownContainer"] p { font-size: 3rem !important;
   line-height: 1.25; }
-[data-testid="stMain"] :is([data-testid="stSlider"], [data-testid="stSelectSlider"], [data-testid="stSelectbox"],
-  [data-testid="stMultiSelect"], [data-testid="stTextArea"], [data-testid="stTextInput"],
-  [data-testid="stNumberInput"], [data-testid="stRadio"], [data-testid="stCheckbox"],
-  [data-testid="stButtonGroup"], [data-testid="stButton"], [data-testid="stDownloadButton"],
-  [data-testid="stPageLink"]) { display: none !important; }
-[data-testid="stMain"] [data-testid="stElementContainer"]:has(> :is([data-testid="stSlider"],
-  [data-testid="stSelectSlider"], [data-testid="stSelectbox"], [data-testid="stMultiSelect"],
-  [data-testid="stTextArea"], [data-testid="stTextInput"], [data-testid="stNumberInput"], [data-testid="stRadio"],
-  [data-testid="stCheckbox"], [data-testid="stButtonGroup"], [data-testid="stButton"],
-  [data-testid="stDownloadButton"], [data-testid="stPageLink"])) { display: none !important; }
+[data-testid="stMain"] :is(@HIDDEN@) { display: none !important; }
+[data-testid="stMain"] [data-testid="stElementContainer"]:has(> :is(@HIDDEN@)) { display: none !important; }
 </style>
-"""
+""".replace("@HIDDEN@", _PRESENTER_HIDDEN)
 
 
 def presenting_in_link() -> bool:
