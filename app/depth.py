@@ -12,7 +12,7 @@ import streamlit as st
 import torch
 
 from model.attnres import AttnResQuery, DepthState, block_sizes, link_count, vectors_alive
-from model.k3 import K3Model, K3Output
+from model.k3 import K3Model, K3Output, model_with_weights
 
 # The two ways of counting (docs/ARCHITECTURE.md section 1 table).
 VIEWS = {
@@ -247,10 +247,7 @@ def vectors_by_block_size(num_layers: int) -> pd.DataFrame:
 def full_variant(model: K3Model) -> K3Model:
     """The same weights run with Full AttnRes (config switch attnres="full"). Parameter shapes are
     identical, so the state dict loads as is; the tensors are shared, never written."""
-    with torch.device("meta"):
-        other = K3Model(model.cfg.with_(attnres="full"))
-    other.load_state_dict(model.state_dict(), strict=True, assign=True)
-    return other.eval().requires_grad_(False)
+    return model_with_weights(model.cfg.with_(attnres="full"), model.state_dict())
 
 
 # ---- cached wrappers for the page -----------------------------------------------------------------

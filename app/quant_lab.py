@@ -29,7 +29,7 @@ import torch
 from model import cost
 from model.checkpoint import is_expert_tensor
 from model.config import K3Config
-from model.k3 import K3Model, K3Output
+from model.k3 import K3Model, K3Output, model_with_weights
 from model.quant import FORMATS, block_scale_exponents, bits_per_value, element_grid, mx_fake_quant, pack_mxfp4
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets"
@@ -266,10 +266,7 @@ def variant_model(model: K3Model, variant: str) -> K3Model:
     (shared, never written): the live model is not touched."""
     changed = variant_tensors(model, variant)
     state = {k: changed.get(k, v) for k, v in model.state_dict().items()}
-    with torch.device("meta"):
-        m = K3Model(model.cfg)
-    m.load_state_dict(state, assign=True, strict=True)
-    return m.eval().requires_grad_(False)
+    return model_with_weights(model.cfg, state)
 
 
 @dataclass(frozen=True)

@@ -126,8 +126,7 @@ def load_pretrained(path: Path = CHECKPOINT, card: Path = CARD,
         raise CheckpointError(f"{path} does not match the checksum in {card.name} (file corrupt or "
                               f"replaced): {RETRAIN}")
     cfg = K3Config(**info["config"])
-    # Built on the CPU, its random init then replaced: ~0.5 s. Building it on the "meta" device would skip the
-    # init but makes torch import its compiler stack (torch._dynamo, ~2.3 s) on the way, once per process.
+    # Built on the CPU, its random init then replaced (not on "meta": see model.k3.model_with_weights)
     model = K3Model(cfg)
     try:
         with safe_open(str(path), "pt") as f:

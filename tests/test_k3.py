@@ -1,5 +1,8 @@
 """The assembled model: accounting equals numel, decode equals the full forward, the trace counts the
 real AttnRes reads, routing overrides act only where and how they are asked to."""
+import subprocess
+import sys
+
 import pytest
 import torch
 
@@ -7,6 +10,7 @@ from model.accounting import count_params
 from model.attnres import link_count
 from model.config import K3Config
 from model.k3 import K3Model, RoutingOverride, RunOptions
+from tests.conftest import ROOT
 
 
 def make(cfg, seed=0, dtype=torch.float32):
@@ -274,3 +278,23 @@ def test_resume_from_a_layer_equals_the_full_forward():
     assert torch.equal(model.resume(base, 0).logits, base.logits)
     with pytest.raises(ValueError):
         model.resume(base, cfg.num_layers)
+
+
+def test_model_with_weights_shares_the_tensors_and_imports_no_compiler():
+    """The second model holds the first one's tensors themselves, and building it does not pull in
+    torch._dynamo (building on the "meta" device did: ~2.9 s on a page's first visit)."""
+    code = (
+        "import sys, torch\n"
+        "from model.config import K3Config\n"
+        "from model.k3 import K3Model, model_with_weights\n"
+        "torch.manual_seed(0)\n"
+        "a = K3Model(K3Config.tiny())\n"
+        "b = model_with_weights(a.cfg.with_(attnres='full'), a.state_dict())\n"
+        "sa, sb = a.state_dict(), b.state_dict()\n"
+        "assert sa.keys() == sb.keys()\n"
+        "assert all(sa[k].data_ptr() == sb[k].data_ptr() for k in sa)\n"
+        "assert not b.training and not any(p.requires_grad for p in b.parameters())\n"
+        "print('dynamo' if 'torch._dynamo' in sys.modules else 'clean')\n")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "clean"
