@@ -2,7 +2,7 @@
 download format). Embedded (`?embed=true`), a page shows alone: no navigation and no sidebar."""
 import streamlit as st
 
-from app import state, ui
+from app import state, ui, warm
 from app.navigation import PAGES
 
 ss = st.session_state
@@ -33,8 +33,10 @@ else:
         ui.share_box()
 state.notice_slot(st.container())          # link notices, above the title on every page
 try:
-    page.run()
+    with warm.page_run():
+        page.run()
 finally:                    # also after a page's st.stop()
     state.notice_slot(None)     # a fragment's rerun writes its notices in place
     if not embedded:
         ui.tour_footer(here)
+    warm.start()            # once per process: the other pages' default views, computed in the background

@@ -396,6 +396,14 @@ def live_pool(layer: int) -> tuple[torch.Tensor, str, int]:
     return out.trace.scores(layer)[0].detach().float().clone(), origin, len(ids)
 
 
+# The page's defaults besides Setup's own (views/balance.py declares its controls with these; the server's
+# warm-up, app/warm.py, computes default_runs() before the page's first visit).
+DEFAULT_SOURCE = "synthetic"
+DEFAULT_GAMMA = 0.001        # DeepSeek-V3's sign-rule step
+DEFAULT_AUX = 1000.0
+DEFAULT_LAYER = 5            # the live MoE layer, when the scores are the live model's
+
+
 def method_params(gamma: float, aux: float) -> dict[str, float]:
     return {"none": 0.0, "sign": float(gamma), "aux": float(aux), "qb_hist": 0.0, "qb": 0.0}
 
@@ -404,6 +412,11 @@ def method_params(gamma: float, aux: float) -> dict[str, float]:
 def cached_runs(setup: Setup, gamma: float, aux: float, source: str, layer: int) -> dict[str, Run]:
     """All five methods on one stream of batches (the page's whole simulation, cached per input)."""
     return simulate_all(setup, method_params(gamma, aux), _pool(source, layer))
+
+
+def default_runs() -> dict[str, Run]:
+    """The page's default view's simulation: the same call, so the same cache entry, as the page's."""
+    return cached_runs(Setup(), DEFAULT_GAMMA, DEFAULT_AUX, DEFAULT_SOURCE, DEFAULT_LAYER)
 
 
 def _pool(source: str, layer: int) -> torch.Tensor | None:

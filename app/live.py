@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import streamlit as st
 import torch
 
+from app.prompts import DEFAULT_PRESET, PRESETS  # noqa: F401 - named here too (app.live.PRESETS)
 from app.text import md_escape
 from model.checkpoint import CheckpointError, load_pretrained
 from model.config import K3Config
@@ -33,13 +34,6 @@ from model.tokenizer import Tokenizer
 
 MAX_CHARS = 2000          # characters kept from a typed prompt
 MAX_TOKENS = 128          # tokens the live model reads per prompt (about 0.4 s for a full forward)
-PRESETS = {
-    "Prose": "The router sends every token to 16 of its 896 experts, and the rest stay idle.",
-    "Code": "def mean(values):\n    return sum(values) / len(values)\n",
-    "Numbers": "In 2026 the model had 2,779 billion weights; 104 billion of them ran per token.",
-    "Punctuation": "Wait -- really? Yes: (a), [b], {c}; \"quoted\" and 'single'!",
-}
-DEFAULT_PRESET = "Prose"
 # Reentrant, so a helper that locks can call another that does. Never call a cached function (live,
 # forward, resume, a page's cached_*) while holding it: that call may wait for another thread which is
 # computing the same cache entry and waiting for this lock. Fetch cached inputs first, then lock.
@@ -142,6 +136,16 @@ def computing(threads: int | None = None) -> Iterator[None]:
                 torch.set_num_threads(before)
     finally:
         _busy(-1)
+
+
+@contextmanager
+def computing_politely(threads: int | None = None) -> Iterator[None]:
+    """computing(), for one step of a long job no one is waiting for (the server's warm-up): first lets
+    every computation on the model that is under way or waiting for it go first."""
+    while _BUSY["active"] > 0:
+        time.sleep(0.02)
+    with computing(threads):
+        yield
 
 
 def forward(ids, routing=None, quant: bool = False, activation: str | None = None, *,

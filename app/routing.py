@@ -9,8 +9,8 @@ Building it at start-up would cost ~5 s of document collection, so the sample sh
 """
 from __future__ import annotations
 
+import contextlib
 import math
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -308,10 +308,11 @@ class HeldOut:
 
 
 def heldout_summary(model: K3Model, ids: list[int], chunk: int = HELDOUT_CHUNK, keep: int = 8,
-                    batch: int = 4) -> HeldOut:
+                    batch: int = 4, guard=contextlib.nullcontext) -> HeldOut:
     """Route the held-out tokens (base routing, no overrides) and keep, per layer and expert, the
     `keep` tokens with the highest router probability. The text is cut into equal chunks of at most
-    `chunk` tokens (a few tail tokens are dropped) so that chunks can share a batch."""
+    `chunk` tokens (a few tail tokens are dropped) so that chunks can share a batch. Each batch's
+    forward runs inside `guard()` (a context manager: the caller's lock, say)."""
     n = -(-len(ids) // chunk)
     size = len(ids) // n
     ids = list(ids[: n * size])
@@ -321,7 +322,8 @@ def heldout_summary(model: K3Model, ids: list[int], chunk: int = HELDOUT_CHUNK, 
     chose = {l: [] for l in layers}
     with torch.inference_mode():
         for b in range(0, n, batch):
-            out = model(rows[b:b + batch], record=False, max_tokens=chunk)
+            with guard():
+                out = model(rows[b:b + batch], record=False, max_tokens=chunk)
             for l in layers:
                 s = out.trace.scores(l).reshape(-1, out.trace.scores(l).shape[-1])   # [N, E]
                 idx = out.trace.experts(l).reshape(s.shape[0], -1)                     # [N, k]
@@ -471,9 +473,10 @@ def prefetch_neighbours(ids, layer: int, settings: Rerouting, expert: int | None
 
 @st.cache_resource(show_spinner=False)
 def heldout() -> HeldOut:
-    from app.live import computing, live
+    from app.live import computing_politely, live
     lv = live()
     ids = lv.tokenizer.encode(HELDOUT_PATH.read_text(encoding="utf-8"))
-    # once per process, on every core: ~1,000 tokens through 93 layers, 2.3 s on 2 threads (3.3 s on 1)
-    with computing(threads=os.cpu_count()):
-        return heldout_summary(lv.model, ids, batch=8)
+    # once per process: ~1,000 tokens through 93 layers, ~5 s on this machine's one thread per computation, in
+    # two forwards that each let a computation that is under way or waiting go first (the server's warm-up
+    # runs this unasked, beside the visitors' pages: two intra-op threads here made both slower)
+    return heldout_summary(lv.model, ids, batch=4, guard=computing_politely)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import streamlit as st
 
 from app import export, state
+from app.prompts import DEFAULT_PRESET
 
 K_PRESENT = "presenter_mode"
 K_PAGE = state.K_PAGE              # the page of this run (streamlit_app.py), for the guided tour
@@ -16,11 +17,11 @@ MAX_LINK_TEXT = 2000                # characters of typed text written into a li
 
 
 def _preset_slugs() -> dict[str, str]:
-    from app.live import PRESETS
+    from app.prompts import PRESETS
     return {name.lower(): name for name in PRESETS} | {OWN_SLUG: OWN_TEXT}
 
 
-PROMPT = (state.Choice("preset", "prose", "prompt preset", shared=True, key="prompt_preset",
+PROMPT = (state.Choice("preset", DEFAULT_PRESET.lower(), "prompt preset", shared=True, key="prompt_preset",
                        options=tuple(_preset_slugs())),
           state.Text("text", "", "typed text", shared=True, key="prompt_text", most=MAX_LINK_TEXT))
 TOKEN = state.Index("token", None, "token", shared=True)

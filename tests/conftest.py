@@ -19,10 +19,12 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 def pytest_configure(config):
-    # The app's idle-time prefetch (app/live.py) off in tests and in the servers they start, so that CPU
-    # and timings stay each test's own; tests/test_live.py turns it on where it is the subject. (A hook,
-    # not module code: bench/ imports this module and its servers keep the prefetch on.)
+    # The app's idle-time prefetch (app/live.py) and the server's warm-up (app/warm.py) off in tests and
+    # in the servers they start, so that CPU and timings stay each test's own; tests/test_live.py and
+    # tests/test_warm.py turn them on where they are the subject. (A hook, not module code: bench/ imports
+    # this module and its servers keep both on.)
     os.environ.setdefault("K3_PREFETCH", "0")
+    os.environ.setdefault("K3_WARM", "0")
 
 
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",

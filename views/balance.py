@@ -4,7 +4,8 @@ import streamlit as st
 
 from app import live as lv_mod
 from app import state, ui
-from app.balance import (LABELS, METHODS, SOURCES, Setup, cached_hist_check, cached_noise_floor, cached_runs,
+from app.balance import (DEFAULT_AUX, DEFAULT_GAMMA, DEFAULT_LAYER, DEFAULT_SOURCE, LABELS, METHODS, SOURCES, Setup,
+                         cached_hist_check, cached_noise_floor, cached_runs,
                          cached_sign_story, cached_weight_check, goal_note, live_pool, metrics, sign_rule_details,
                          sign_rule_intuition, steps_to)
 from app.charts.balance import hist_error_spec, load_spec, steps_spec, weights_spec
@@ -30,16 +31,16 @@ ui.page_header(
 # ---- controls --------------------------------------------------------------------------------------
 MOE_LAYERS = K3Config.tiny().moe_layers          # the live instance's MoE layers (1..92), without loading it
 view = state.page(
-    state.Choice("src", "synthetic", "score source", options=tuple(SOURCES)),
-    state.Choice("n", 896, "number of experts", options=tuple(EXPERTS)),
-    state.Int("k", 16, "top-k", lo=1, hi=32),
-    state.Choice("m", 2048, "tokens per batch", options=tuple(TOKENS)),
-    state.Int("steps", 12, "steps", lo=1, hi=30),
-    state.Choice("gamma", 0.001, "sign-rule step γ", options=tuple(GAMMAS)),
-    state.Choice("aux", 1000.0, "auxiliary-loss coefficient", options=tuple(AUX)),
-    state.Choice("skew", 1.0, "skew", options=tuple(SKEWS)),
-    state.Choice("bins", 1000, "histogram bins", options=tuple(BINS)),
-    state.Choice("layer", 5, "layer", options=tuple(MOE_LAYERS)),
+    state.Choice("src", DEFAULT_SOURCE, "score source", options=tuple(SOURCES)),
+    state.Choice("n", Setup.n_experts, "number of experts", options=tuple(EXPERTS)),
+    state.Int("k", Setup.top_k, "top-k", lo=1, hi=32),
+    state.Choice("m", Setup.tokens, "tokens per batch", options=tuple(TOKENS)),
+    state.Int("steps", Setup.steps, "steps", lo=1, hi=30),
+    state.Choice("gamma", DEFAULT_GAMMA, "sign-rule step γ", options=tuple(GAMMAS)),
+    state.Choice("aux", DEFAULT_AUX, "auxiliary-loss coefficient", options=tuple(AUX)),
+    state.Choice("skew", Setup.skew, "skew", options=tuple(SKEWS)),
+    state.Choice("bins", Setup.bins, "histogram bins", options=tuple(BINS)),
+    state.Choice("layer", DEFAULT_LAYER, "layer", options=tuple(MOE_LAYERS)),
     state.Int("step", None, "step", lo=1, hi=30),
     state.Choice("view", "qb", "method", options=tuple(METHODS)),
     state.Flag("sort", False, "sorted"),

@@ -1,0 +1,127 @@
+"""Warming a fresh server: what the pages' default views compute once per process, computed in the
+background after the first page a person opens, so the next pages they open find it ready.
+
+On this 2-core machine a page's first visit after a server start paid for it itself: the Routing explorer
+~3.5 s to route the held-out sample, the balancing lab ~3.2 s to simulate its default setting, Inside one
+layer ~1.8 s to load the live model, Attention Residuals ~1 s for its Full-AttnRes variant. Every task
+here calls the page's own cached function with the page's own default input, so what it computes is
+what the page would have computed; it fills the caches that every session shares (st.cache_resource /
+st.cache_data) and nothing else. Runs once per process, in one daemon thread; a failing task is skipped
+(the page then computes it itself, and shows its own message). K3_WARM=0 turns it off (the tests do).
+
+It gives way to people: each task starts only once no page run (streamlit_app.py wraps each in
+page_run) and no computation on the live model (app.live.computing) has been under way for IDLE_S, so a
+visitor who comes meanwhile waits for at most the one task already running.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+_LOG = logging.getLogger(__name__)
+_START_LOCK = threading.Lock()
+_started = False
+DONE = threading.Event()          # set when every task has run (or failed)
+IDLE_S = 3.0
+_RUNS = {"active": 0, "until": 0.0}   # page runs now, and when the last one ended
+_RUNS_LOCK = threading.Lock()
+
+
+@contextmanager
+def page_run() -> Iterator[None]:
+    """Around one run of a page (streamlit_app.py): warming waits while any is under way."""
+    with _RUNS_LOCK:
+        _RUNS["active"] += 1
+    try:
+        yield
+    finally:
+        with _RUNS_LOCK:
+            _RUNS["active"] -= 1
+            _RUNS["until"] = time.monotonic()
+
+
+def idle_for() -> float:
+    """Seconds since the server last ran a page or computed on the live model; 0 while it does."""
+    busy = [(_RUNS["active"], _RUNS["until"])]
+    live = sys.modules.get("app.live")             # not imported yet: nothing has computed on the model
+    if live is not None:
+        busy.append((live._BUSY["active"], live._BUSY["until"]))
+    if any(active for active, _ in busy):
+        return 0.0
+    return time.monotonic() - max(until for _, until in busy)
+
+
+def _wait_idle() -> None:
+    while (quiet := idle_for()) < IDLE_S:
+        time.sleep(max(IDLE_S - quiet, 0.05))
+
+
+def _live() -> None:
+    from app.live import live
+    live()
+
+
+def _default_forward() -> None:
+    from app.live import DEFAULT_PRESET, PRESETS, forward, live, prepare_prompt
+    forward(prepare_prompt(PRESETS[DEFAULT_PRESET], live().tokenizer).ids)
+
+
+def _heldout() -> None:
+    from app.routing import heldout
+    heldout()
+
+
+def _full_attnres() -> None:
+    from app.depth import full_forward
+    from app.live import DEFAULT_PRESET, PRESETS, live, prepare_prompt
+    full_forward(prepare_prompt(PRESETS[DEFAULT_PRESET], live().tokenizer).ids)
+
+
+def _balance() -> None:
+    from app.balance import default_runs
+    default_runs()
+
+
+# in the guided tour's order of the pages that need them (app/navigation.py PAGES)
+TASKS: tuple[tuple[str, Callable[[], None]], ...] = (
+    ("the live model", _live),
+    ("the default prompt's forward", _default_forward),
+    ("the held-out sample's routing", _heldout),
+    ("the Full-AttnRes variant on the default prompt", _full_attnres),
+    ("the balancing lab's default simulation", _balance),
+)
+
+
+def run(tasks=TASKS, give_way: bool = True) -> dict[str, float | str]:
+    """Run the tasks in order (each after the server has been idle IDLE_S, with give_way): {name: seconds
+    the task took, or why it failed}."""
+    done: dict[str, float | str] = {}
+    for name, task in tasks:
+        if give_way:
+            _wait_idle()
+        t0 = time.perf_counter()
+        try:
+            task()
+            done[name] = time.perf_counter() - t0
+        except Exception as e:                  # noqa: BLE001 - the page computes it itself and says why
+            done[name] = f"{type(e).__name__}: {e}"
+            _LOG.warning("warming %s failed: %s", name, e)
+    DONE.set()
+    return done
+
+
+def start() -> bool:
+    """Start the warming thread, once per process (later calls do nothing); False when it was not started
+    now (already started, or K3_WARM=0)."""
+    global _started
+    with _START_LOCK:
+        if os.environ.get("K3_WARM", "1") == "0" or _started:
+            return False
+        _started = True
+    threading.Thread(target=run, name="k3-warm", daemon=True).start()
+    return True

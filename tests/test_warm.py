@@ -1,0 +1,119 @@
+"""The server's warm-up (app/warm.py): it computes exactly what the pages' default views ask for (their
+next visit hits the shared cache), it gives way to page runs and computations, and it starts once."""
+import threading
+import time
+
+import pytest
+
+from app import warm
+from tests.conftest import open_app_page
+
+
+def test_every_task_runs():
+    done = warm.run(give_way=False)
+    assert set(done) == {name for name, _ in warm.TASKS}
+    failed = {name: why for name, why in done.items() if isinstance(why, str)}
+    assert not failed, failed
+    assert warm.DONE.is_set()
+
+
+def test_the_balancing_lab_default_view_is_what_warming_computed(monkeypatch):
+    """After warming, the page's first visit must not simulate again: the page's default call and the
+    warm-up's are the same cache entry. (A page default changed without app.balance's would fail.)"""
+    from app import balance
+    warm.run([t for t in warm.TASKS if t[1] is warm._balance], give_way=False)
+
+    def refuse(*a, **k):
+        raise AssertionError("the page simulated again: its default is not what app/warm.py computed")
+    monkeypatch.setattr(balance, "simulate_all", refuse)
+    open_app_page("views/balance.py")
+
+
+def test_the_routing_explorer_held_out_table_is_what_warming_computed(monkeypatch):
+    from app import routing
+    warm.run([t for t in warm.TASKS if t[1] in (warm._live, warm._heldout)], give_way=False)
+
+    def refuse(*a, **k):
+        raise AssertionError("the page routed the held-out sample again")
+    monkeypatch.setattr(routing, "heldout_summary", refuse)
+    at = open_app_page("views/routing.py")
+    assert any("Held-out text that scores it highest" in m.value for m in at.markdown)
+
+
+def _run_in_thread(fn):
+    t = threading.Thread(target=fn, daemon=True)
+    t.start()
+    return t
+
+
+def test_a_task_waits_while_a_page_runs():
+    release, entered, ran = threading.Event(), threading.Event(), threading.Event()
+
+    def page():
+        with warm.page_run():
+            entered.set()
+            release.wait(30)
+    p = _run_in_thread(page)
+    assert entered.wait(10)
+    assert warm.idle_for() == 0.0
+    w = _run_in_thread(lambda: warm.run([("probe", ran.set)]))
+    time.sleep(warm.IDLE_S + 0.5)
+    assert not ran.is_set(), "the task ran while a page was running"
+    release.set()
+    p.join(10)
+    w.join(30)
+    assert ran.is_set()
+    assert warm.idle_for() >= warm.IDLE_S
+
+
+def test_a_polite_computation_lets_a_waiting_one_go_first():
+    """computing_politely (the held-out routing's guard) does not start while another computation on
+    the model is under way or waiting for it."""
+    from app import live
+    order, release, inside = [], threading.Event(), threading.Event()
+
+    def session():
+        with live.computing():
+            inside.set()
+            release.wait(30)
+            order.append("session")
+
+    def polite():
+        with live.computing_politely():
+            order.append("polite")
+    s = _run_in_thread(session)
+    assert inside.wait(10)
+    p = _run_in_thread(polite)
+    time.sleep(0.3)
+    assert order == []
+    release.set()
+    s.join(10)
+    p.join(10)
+    assert order == ["session", "polite"]
+
+
+def test_it_starts_once_and_not_when_turned_off(monkeypatch):
+    monkeypatch.setenv("K3_WARM", "0")
+    monkeypatch.setattr(warm, "_started", False)
+    assert warm.start() is False
+    monkeypatch.setenv("K3_WARM", "1")
+    started = []
+    monkeypatch.setattr(warm, "run", lambda: started.append(1))
+    assert warm.start() is True
+    assert warm.start() is False
+    for _ in range(100):
+        if started:
+            break
+        time.sleep(0.05)
+    assert started == [1]
+
+
+@pytest.mark.parametrize("bad", [RuntimeError("no checkpoint"), ValueError("odd")])
+def test_a_failing_task_is_reported_and_the_next_one_runs(bad):
+    ran = []
+
+    def fails():
+        raise bad
+    done = warm.run([("fails", fails), ("next", lambda: ran.append(1))], give_way=False)
+    assert isinstance(done["fails"], str) and str(bad) in done["fails"]
+    assert ran == [1] and isinstance(done["next"], float)
