@@ -34,8 +34,11 @@ a burst of load from elsewhere spreads over all of them; the first `--warmup` ro
 - warm reload: the floor app (a reference, no goal), then every page of app/navigation.py PAGES, each
   visited once, then reloaded (warm-up, then N). Timed from the reload call until the page is drawn and
   quiet (same rule; the ratio column is to the floor app's reload).
-- first visit: a fresh server, then each page once, in PAGES order, in a new browser context (the
-  first page also pays for loading the live model).
+- first visit: the floor app's, on a fresh server in a new browser context (a reference, no goal: what
+  Streamlit itself costs a first page here); then a fresh server of the app, and each page once, in
+  PAGES order, in one new browser context (the first page also pays for the imports; the app's warm-up,
+  app/warm.py, starts after it, as it does for a person), the next page at once or, with `--think S`,
+  S seconds after the one before was drawn.
 
 Goals (checked per row): slider keys <= 1.5x the floor's slider key (median), clicks and toggles
 <= 2.5x the floor's click, p95 <= 2x median, warm reload median <= 1.5 s, first visit <= 5 s.
@@ -348,7 +351,7 @@ def _int(params: dict, name: str, default: int | None = None) -> int | None:
 
 
 FLOOR_WHERE, ROUTING_WHERE = "floor app", "Routing explorer (/routing)"
-FLOOR_RELOAD = "(floor app)"
+FLOOR_KEY = "(floor app)"
 RE_FLOOR = re.compile(r"floor value=(\d+) clicks=(\d+)")
 
 
@@ -628,11 +631,11 @@ def run_interactions(browser, floor_base: str, app_base: str, n: int, warmup: in
 def run_reloads(browser, base: str, pages, n: int, warmup: int, timeout_ms: float, log,
                 floor_base: str | None = None) -> tuple[dict[str, list], dict[str, str]]:
     """Warm reloads: ({url path: [ms]}, {url path: why it failed}); the floor app's reloads are under the
-    key FLOOR_RELOAD (a reference). A failing page is recorded and the next one is measured."""
+    key FLOOR_KEY (a reference). A failing page is recorded and the next one is measured."""
     out, errors = {}, {}
-    targets = ([(FLOOR_RELOAD, floor_base)] if floor_base else []) + [(s.url_path, base + page_url(s)) for s in pages]
+    targets = ([(FLOOR_KEY, floor_base)] if floor_base else []) + [(s.url_path, base + page_url(s)) for s in pages]
     for path, url in targets:
-        shown = path if path == FLOOR_RELOAD else "/" + path
+        shown = path if path == FLOOR_KEY else "/" + path
         ctx, page = new_page(browser)
         try:
             page.goto(url, wait_until="commit", timeout=timeout_ms)
@@ -656,10 +659,34 @@ def run_reloads(browser, base: str, pages, n: int, warmup: int, timeout_ms: floa
     return out, errors
 
 
-def run_first_visits(browser, app_dir: Path, pages, timeout_ms: float, log):
-    """A fresh server, then each page once: ({url path: ms}, {url path: why it failed}, seconds until healthy)."""
-    server = Server(app_dir / "streamlit_app.py", app_dir, "first-visit")
+def first_visit_floor(browser, app_dir: Path, timeout_ms: float, log) -> float:
+    """The floor app's first visit: a fresh server, a new browser context, one visit (ms). What Streamlit
+    itself costs a first page on this machine (its scripts fetched and started, a session, one run)."""
+    server = Server(FLOOR_APP, app_dir, "floor-first")
+    try:
+        server.wait_healthy()
+        ctx, page = new_page(browser)
+        try:
+            t0 = time.time() * 1000
+            page.goto(server.base, wait_until="commit", timeout=timeout_ms)
+            ms = settle_navigation(page, timeout_ms) - t0
+        finally:
+            ctx.close()
+    finally:
+        server.stop()
+    log(f"  floor app: {ms:.0f} ms")
+    return ms
+
+
+def run_first_visits(browser, app_dir: Path, pages, timeout_ms: float, log, think_s: float = 0.0):
+    """The floor app's first visit (key FLOOR_KEY, a reference), then a fresh server of the app and each
+    page once: ({url path: ms}, {url path: why it failed}, seconds until healthy)."""
     out, errors = {}, {}
+    try:
+        out[FLOOR_KEY] = first_visit_floor(browser, app_dir, timeout_ms, log)
+    except Exception as e:                                            # noqa: BLE001 - a reference only
+        errors[FLOOR_KEY] = why(e)
+    server = Server(app_dir / "streamlit_app.py", app_dir, "first-visit")
     try:
         healthy = server.wait_healthy()
         log(f"  fresh server healthy after {healthy:.1f} s")
@@ -673,6 +700,7 @@ def run_first_visits(browser, app_dir: Path, pages, timeout_ms: float, log):
                     check_no_exception(page, f"/{spec.url_path} (first visit)")
                     out[spec.url_path] = end - t0
                     log(f"  /{spec.url_path}: {end - t0:.0f} ms")
+                    time.sleep(think_s)                       # a person reading the page before the next
                 except Exception as e:                                # noqa: BLE001 - reported, next page
                     errors[spec.url_path] = why(e)
                     log(f"  /{spec.url_path}: FAILED: {errors[spec.url_path][:300]}")
@@ -736,22 +764,25 @@ def build_rows(inputs, interactions_error, reloads, reload_errors, first, first_
         if interactions_error:
             row["note"] = "the interactions stopped early: " + interactions_error
         rows.append(row)
-    floor_reload = reloads.get(FLOOR_RELOAD)
+    floor_reload = reloads.get(FLOOR_KEY)
     ref_reload = statistics.median(floor_reload) if floor_reload else None
     for path in list(reloads) + [p for p in reload_errors if p not in reloads]:
-        name = f"warm reload {'floor app' if path == FLOOR_RELOAD else '/' + path}"
+        name = f"warm reload {'floor app' if path == FLOOR_KEY else '/' + path}"
         if path in reload_errors:
             rows.append(error_row(name, "reload", reload_errors[path]))
         elif reloads[path]:
-            is_floor = path == FLOOR_RELOAD
+            is_floor = path == FLOOR_KEY
             rows.append(make_row(name, "reload", reloads[path], ref_reload, "floor reload", None,
                                  None if is_floor else GOAL_RELOAD_S * 1000, True))
+    floor_first = first.get(FLOOR_KEY)
     for path in list(first) + [p for p in first_errors if p not in first]:
-        name = f"first visit /{path}"
+        is_floor = path == FLOOR_KEY
+        name = f"first visit {'floor app' if is_floor else '/' + path}"
         if path in first_errors:
             rows.append(error_row(name, "first visit", first_errors[path]))
         else:
-            rows.append(make_row(name, "first visit", [first[path]], None, None, None, GOAL_FIRST_S * 1000, False))
+            rows.append(make_row(name, "first visit", [first[path]], floor_first, "floor first visit", None,
+                                 None if is_floor else GOAL_FIRST_S * 1000, False))
     return rows
 
 
@@ -776,6 +807,9 @@ def main() -> int:
     ap.add_argument("--json", default="", help="write the results here as JSON")
     ap.add_argument("--parts", default="interactions,reloads,first",
                     help="comma-separated: interactions, reloads, first (default: all three)")
+    ap.add_argument("--think", type=float, default=0.0,
+                    help="first visits: seconds spent on each page before opening the next, as a person reading it "
+                         "would (default 0: the next page at once)")
     ap.add_argument("--pages", default="all", help="url paths for reloads and first visits (default: every page)")
     ap.add_argument("--timeout", type=float, default=180, help="seconds to wait for one input or page (default 180)")
     ap.add_argument("--app-dir", default=str(ROOT),
@@ -817,7 +851,8 @@ def main() -> int:
             try:
                 if "first" in parts:                  # first: nothing else has warmed anything yet
                     log("first visit of each page after a fresh server start:")
-                    first, first_errors, first_healthy = run_first_visits(browser, app_dir, pages, timeout_ms, log)
+                    first, first_errors, first_healthy = run_first_visits(browser, app_dir, pages, timeout_ms, log,
+                                                                        args.think)
                 if parts & {"interactions", "reloads"}:
                     app = Server(app_dir / "streamlit_app.py", app_dir, "app")
                     servers.append(app)
