@@ -138,11 +138,16 @@ def computing(threads: int | None = None) -> Iterator[None]:
         _busy(-1)
 
 
+POLITE_WAIT_S = 2.0     # the longest a polite computation gives way before it takes its turn anyway
+
+
 @contextmanager
 def computing_politely(threads: int | None = None) -> Iterator[None]:
-    """computing(), for one step of a long job no one is waiting for (the server's warm-up): first lets
-    every computation on the model that is under way or waiting for it go first."""
-    while _BUSY["active"] > 0:
+    """computing(), for one step of a long job no one may be waiting for yet (the server's warm-up): first
+    lets the computations on the model that are under way or waiting for it go first, for up to
+    POLITE_WAIT_S (so that a server that is never idle, a class at work, does not starve it)."""
+    deadline = time.monotonic() + POLITE_WAIT_S
+    while _BUSY["active"] > 0 and time.monotonic() < deadline:
         time.sleep(0.02)
     with computing(threads):
         yield

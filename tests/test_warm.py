@@ -92,6 +92,21 @@ def test_a_polite_computation_lets_a_waiting_one_go_first():
     assert order == ["session", "polite"]
 
 
+def test_a_polite_computation_does_not_starve_on_a_server_that_is_never_idle(monkeypatch):
+    """With another computation always under way (a class at work), it takes its turn after POLITE_WAIT_S."""
+    from app import live
+    monkeypatch.setattr(live, "POLITE_WAIT_S", 0.2)
+    monkeypatch.setitem(live._BUSY, "active", live._BUSY["active"] + 1)     # someone always computing
+    done = threading.Event()
+
+    def polite():
+        with live.computing_politely():
+            done.set()
+    p = _run_in_thread(polite)
+    assert done.wait(10), "it waited for an idle moment that never came"
+    p.join(10)
+
+
 def test_it_starts_once_and_not_when_turned_off(monkeypatch):
     monkeypatch.setenv("K3_WARM", "0")
     monkeypatch.setattr(warm, "_started", False)
