@@ -13,10 +13,9 @@ from dataclasses import dataclass
 
 from model import memory
 from model.accounting import count_params
-from model.activations import BETA_GATE, BETA_UP
-from model.attnres import vectors_alive
-from model.config import K3Config
-from model.quant import E2M1_GRID, FORMATS, bits_per_value
+from model.config import BETA_GATE, BETA_UP, K3Config
+from model.depth_counts import vectors_alive
+from model.formats import E2M1_GRID, FORMATS, bits_per_value
 
 MAX_QUERY = 200   # a search box longer than this is cut; no definition is that long a phrase
 

@@ -14,10 +14,9 @@ from dataclasses import dataclass
 from app.navigation import PAGES
 from model import memory
 from model.accounting import count_params
-from model.activations import BETA_GATE, BETA_UP
-from model.attnres import vectors_alive
-from model.config import K3Config
-from model.quant import bits_per_value
+from model.config import BETA_GATE, BETA_UP, K3Config
+from model.depth_counts import vectors_alive
+from model.formats import bits_per_value
 
 
 @dataclass(frozen=True)

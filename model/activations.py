@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-BETA_GATE, BETA_UP = 4.0, 25.0   # K3 report: |SiTU-GLU| <= 4 * 25 = 100 elementwise
+from model.config import BETA_GATE, BETA_UP  # noqa: F401 - SiTU-GLU's bounds, named here too
 
 
 def situ_glu(gate: torch.Tensor, up: torch.Tensor, beta_gate: float = BETA_GATE,

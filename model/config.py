@@ -14,6 +14,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, replace
 from typing import Literal
 
+BETA_GATE, BETA_UP = 4.0, 25.0   # SiTU-GLU's bounds (K3 report): |SiTU-GLU| <= 4 * 25 = 100 elementwise
+
 AttnKind = Literal["kda", "mla"]
 
 

@@ -1,12 +1,15 @@
 """The server's warm-up (app/warm.py): it computes exactly what the pages' default views ask for (their
 next visit hits the shared cache), it gives way to page runs and computations, and it starts once."""
+import os
+import subprocess
+import sys
 import threading
 import time
 
 import pytest
 
 from app import warm
-from tests.conftest import open_app_page
+from tests.conftest import ROOT, open_app_page
 
 
 def test_every_task_runs():
@@ -132,3 +135,18 @@ def test_a_failing_task_is_reported_and_the_next_one_runs(bad):
     done = warm.run([("fails", fails), ("next", lambda: ran.append(1))], give_way=False)
     assert isinstance(done["fails"], str) and str(bad) in done["fails"]
     assert ran == [1] and isinstance(done["next"], float)
+
+
+def test_the_first_page_runs_without_torch():
+    """The Overview (the first page, with the sidebar's glossary and the tour) imports no torch: a first
+    visit does not wait for it (~1.7 s here); the warm-up imports it afterwards, in the background."""
+    code = ("import sys\n"
+            "from streamlit.testing.v1 import AppTest\n"
+            f"at = AppTest.from_file({str(ROOT / 'streamlit_app.py')!r}, default_timeout=300).run()\n"
+            "assert not at.exception, [e.value for e in at.exception]\n"
+            "assert [t.value for t in at.title] == ['Kimi K3 at a glance'], [t.value for t in at.title]\n"
+            "print('torch' if 'torch' in sys.modules else 'no torch')\n")
+    env = {**os.environ, "K3_WARM": "0"}
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().splitlines()[-1] == "no torch"
