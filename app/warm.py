@@ -30,6 +30,7 @@ DONE = threading.Event()          # set when every task has run (or failed)
 IDLE_S = 3.0
 _RUNS = {"active": 0, "until": 0.0}   # page runs now, and when the last one ended
 _RUNS_LOCK = threading.Lock()
+_OWN = {"until": float("-inf")}      # when the warm-up's own last task ended (its computations are not a visitor's)
 
 
 @contextmanager
@@ -46,11 +47,12 @@ def page_run() -> Iterator[None]:
 
 
 def idle_for() -> float:
-    """Seconds since the server last ran a page or computed on the live model; 0 while it does."""
+    """Seconds since the server last ran a page or computed on the live model for someone else than the
+    warm-up; 0 while it does."""
     busy = [(_RUNS["active"], _RUNS["until"])]
     live = sys.modules.get("app.live")             # not imported yet: nothing has computed on the model
-    if live is not None:
-        busy.append((live._BUSY["active"], live._BUSY["until"]))
+    if live is not None and (live._BUSY["active"] or live._BUSY["until"] > _OWN["until"]):
+        busy.append((live._BUSY["active"], live._BUSY["until"]))   # else the last computation was a task's
     if any(active for active, _ in busy):
         return 0.0
     return time.monotonic() - max(until for _, until in busy)
@@ -111,6 +113,7 @@ def run(tasks=TASKS, give_way: bool = True) -> dict[str, float | str]:
         except Exception as e:                  # noqa: BLE001 - the page computes it itself and says why
             done[name] = f"{type(e).__name__}: {e}"
             _LOG.warning("warming %s failed: %s", name, e)
+        _OWN["until"] = time.monotonic()
     DONE.set()
     return done
 

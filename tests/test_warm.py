@@ -69,6 +69,27 @@ def test_a_task_waits_while_a_page_runs():
     assert warm.idle_for() >= warm.IDLE_S
 
 
+def test_the_warm_ups_own_computation_does_not_make_it_wait(monkeypatch):
+    """Only visitors' page runs and computations count: after a task that computed on the model the next
+    task need not wait IDLE_S again (it did: the tasks were 3 s apart even on an empty server)."""
+    from app import live
+    long_ago = time.monotonic() - 100
+    monkeypatch.setitem(warm._RUNS, "until", long_ago)
+    monkeypatch.setitem(live._BUSY, "until", long_ago)
+
+    def computes():
+        with live.computing():
+            pass
+    warm.run([("computes", computes)], give_way=False)
+    assert warm.idle_for() > 50
+    live._busy(+1)                                         # a visitor's computation now
+    try:
+        assert warm.idle_for() == 0.0
+    finally:
+        live._busy(-1)
+    assert warm.idle_for() < 5                             # and it counts once it has ended
+
+
 def test_a_polite_computation_lets_a_waiting_one_go_first():
     """computing_politely (the held-out routing's guard) does not start while another computation on
     the model is under way or waiting for it."""
