@@ -53,14 +53,46 @@ def token_text(piece: str, limit: int = 24) -> str:
     return s[:limit] + ("…" if len(s) > limit else "")
 
 
-def md_table(df, limit: int = 100_000) -> str:
+def md_table(df, limit: int = 100_000, right=()) -> str:
     """A data frame as one Markdown table (GitHub style), every header and cell escaped with md_escape (and "&",
     so that an entity in a token stays as typed): for st.markdown, which draws it as one element, where st.table
     draws each cell as its own Markdown element (about 70 for an 8-row, 4-column table, each parsed and styled
-    on every redraw). The index is not shown; no cell is cut (`limit` only guards against the absurd)."""
+    on every redraw) and st.dataframe's grid costs the browser ~0.35-0.45 s of a page load. The index is not
+    shown; no cell is cut (`limit` only guards against the absurd); the columns named in `right` are aligned
+    right (numbers)."""
     def cell(v) -> str:
         return md_escape(v, limit).replace("&", "\\&") or "\u00a0"
     head = [cell(c) for c in df.columns]
-    lines = ["| " + " | ".join(head) + " |", "|" + "|".join(" --- " for _ in head) + "|"]
+    rule = [" ---: " if c in right else " --- " for c in df.columns]
+    lines = ["| " + " | ".join(head) + " |", "|" + "|".join(rule) + "|"]
     lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in df.itertuples(index=False)]
     return "\n".join(lines)
+
+
+def cell_text(value, spec=None) -> str:
+    """One table cell as text: `spec` a format spec (",d", ".3f", ".1%") or a function of the value; a missing
+    value (None, NaN) is "–", a flag yes/no, a whole float without ".0"."""
+    if value is None or (isinstance(value, float) and value != value):
+        return "–"
+    if callable(spec):
+        return str(spec(value))
+    if spec is not None:
+        if spec.endswith("d") and isinstance(value, float) and value.is_integer():
+            value = int(value)
+        return format(value, spec)
+    if isinstance(value, bool) or type(value).__name__ == "bool_":
+        return "yes" if value else "no"
+    if isinstance(value, float) and value.is_integer() and abs(value) < 1e15:
+        return str(int(value))
+    return str(value)
+
+
+def text_table(df, formats: dict | None = None):
+    """A copy of `df` with every cell as text (cell_text; `formats`: column -> spec) for md_table, and the
+    columns that held numbers (to align right). Returns (table, right)."""
+    formats = formats or {}
+    right = [c for c in df.columns if df[c].dtype.kind in "iuf"]
+    out = df.reset_index(drop=True).copy()
+    for c in out.columns:
+        out[c] = [cell_text(v, formats.get(c)) for v in df[c].tolist()]
+    return out, right

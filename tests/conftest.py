@@ -150,6 +150,37 @@ def page(browser):
     ctx.close()
 
 
+def markdown_table(text: str):
+    """A table written by app.text.md_table read back as a data frame, or None when `text` is no table: cells
+    unescaped; a column of numbers (thousands commas allowed, "–" for a missing value) as numbers, a column
+    of yes/no as flags."""
+    import re
+    import pandas as pd
+    lines = text.splitlines()
+    if len(lines) < 2 or not lines[0].startswith("|") or not set(lines[1]) <= set("|-: "):
+        return None
+    def cells(line):
+        return [re.sub(r"\\(.)", r"\1", c.strip()).replace("\u00a0", "") for c in re.split(r"(?<!\\)\|", line)[1:-1]]
+    df = pd.DataFrame([cells(line) for line in lines[2:]], columns=cells(lines[0]))
+    for c in df.columns:
+        values = df[c].tolist()
+        if values and set(values) <= {"yes", "no"}:
+            df[c] = [v == "yes" for v in values]
+            continue
+        try:
+            numbers = [None if v == "–" else float(v.replace(",", "")) for v in values]
+        except ValueError:
+            continue
+        whole = all(n is not None and n.is_integer() and "." not in v and "e" not in v for n, v in zip(numbers, values))
+        df[c] = [int(n) for n in numbers] if whole else [float("nan") if n is None else n for n in numbers]
+    return df
+
+
+def markdown_tables(at) -> list:
+    """Every table an AppTest page drew with ui.table (one Markdown element each), in page order."""
+    return [t for t in (markdown_table(m.value) for m in at.markdown) if t is not None]
+
+
 def vega_datasets(el) -> dict:
     """A Vega-Lite chart element of an AppTest: its named datasets as data frames."""
     import pyarrow as pa

@@ -3,7 +3,7 @@ against the accounting, measured cache counts, and bad prompts and link paramete
 import json
 
 import pytest
-from tests.conftest import open_app_page, vega_datasets
+from tests.conftest import markdown_tables, open_app_page, vega_datasets
 
 from model import memory
 from model.config import K3Config
@@ -87,14 +87,14 @@ def test_state_keeps_its_size_while_the_cache_grows(page):
 
 
 def test_measured_cache_counts_match_the_accounting(page):
-    df = page.dataframe[0].value
+    df = markdown_tables(page)[0]
     assert df["stage"].tolist() == ["prefill (the page's cached forward, not timed)", "decode step 1",
                                     "decode step 2", "decode step 3"]
-    assert df["seconds"].dtype == float and df["seconds"].isna().tolist() == [True, False, False, False]
-    assert df["matches"].all()
-    assert df["KDA values (measured)"].eq(69 * 800).all()
+    assert df["step (s)"].dtype == float and df["step (s)"].isna().tolist() == [True, False, False, False]
+    assert df["equal"].all()
+    assert df["KDA measured"].eq(69 * 800).all()
     T = int(df["tokens"].iloc[0])
-    assert df["MLA values (measured)"].tolist() == [24 * 20 * (T + s) for s in range(4)]
+    assert df["MLA measured"].tolist() == [24 * 20 * (T + s) for s in range(4)]
 
 
 def test_empty_prompt_gets_a_message_and_the_k3_scale_charts_stay(page):

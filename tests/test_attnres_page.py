@@ -3,7 +3,7 @@ beside the closed forms, the heatmap, the retrieval answer, memory, and bad link
 import json
 
 import pytest
-from tests.conftest import open_app_page, vega_datasets
+from tests.conftest import markdown_tables, open_app_page, vega_datasets
 
 PAGE = "views/attnres.py"
 
@@ -37,11 +37,11 @@ def test_link_counts_at_93_in_both_views(page):
     m = metrics(page)
     assert (m["Full AttnRes at L = 93"], m["Block AttnRes at L = 93"]) == ("17,578", "1,003")
     # three ways of counting agree, the live forward's trace among them
-    table = page.dataframe[0].value
+    table = markdown_tables(page)[0]
     assert len(table) == 3 and "live model" in table["count"].iloc[2]
     assert table["Full"].tolist() == [17_578] * 3 and table["Block"].tolist() == [1_003] * 3
     page.segmented_control(key="ar_view").set_value("per-layer").run()
-    assert page.dataframe[0].value["Full"].tolist() == [4_371] * 2
+    assert markdown_tables(page)[0]["Full"].tolist() == [4_371] * 2
 
 
 def test_charts_and_series(page):
@@ -95,7 +95,7 @@ def test_block_size_slider_recomputes_counts_and_memory(page):
     m = metrics(page)
     assert m["Block AttnRes at L = 93"] == "185"     # one block: layer 0 reads emb alone, 92 reads see emb + partial
     assert m["Full, K3 scale: per token"] == "2.7 MB" and m["Block, K3 scale: per token"] == "28.7 KB"   # 2 vectors x 7168 x 2 B
-    table = page.dataframe[0].value
+    table = markdown_tables(page)[0]
     assert len(table) == 2 and table["Block"].nunique() == 1
     found = charts(page)                                            # the charts follow the slider
     assert found["attnres_links"][1]["k3"]["links"].tolist() == [4_371, 185]
@@ -118,8 +118,8 @@ def test_bad_link_parameters_are_clamped_with_a_notice():
 
 def test_the_count_table_says_how_many_ways_it_counts():
     at = open_page()
-    assert at.expander[0].label.startswith("Counted two ways") and len(at.dataframe[0].value) == 2
+    assert at.expander[0].label.startswith("Counted two ways") and len(markdown_tables(at)[0]) == 2
     at = open_page({"view": "two-reads"})
-    table = at.dataframe[0].value
+    table = markdown_tables(at)[0]
     assert at.expander[0].label.startswith("Counted three ways") and len(table) == 3
     assert table["Block"].nunique() == 1 and table["Full"].nunique() == 1       # the three counts agree

@@ -5,7 +5,7 @@ import json
 
 import numpy as np
 import pytest
-from tests.conftest import open_app_page, vega_datasets
+from tests.conftest import markdown_tables, open_app_page, vega_datasets
 
 
 
@@ -70,11 +70,11 @@ def test_balance_page_runs_every_method():
     assert set(steps["method"]) == {"Quantile Balancing, exact", "Sign rule (DeepSeek-V3)",
                                     "Auxiliary loss", "No balancing", "Quantile Balancing, histogram"}
     assert sorted(set(steps["step"])) == [1, 2, 3, 4]
-    table = at.dataframe[0].value.set_index("method")
+    table = markdown_tables(at)[0].set_index("method")
     assert table.loc["Quantile Balancing, exact", "max/mean at last step"] < \
         0.2 * table.loc["No balancing", "max/mean at last step"]
     assert len(vega_datasets(charts["balance_load"])["loads"]) == 896       # one bar per expert
-    checks = at.dataframe[1].value.set_index("check")["max difference"]
+    checks = markdown_tables(at)[1].set_index("check")["max difference"]
     assert checks.iloc[1] < 1e-12 < checks.iloc[2]                    # QB bias: identical weights
     text = " ".join(m.value for m in at.markdown)
     assert "steps" in text and "exact minimiser" in text

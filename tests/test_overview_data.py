@@ -113,3 +113,24 @@ def test_every_headline_card_keeps_its_row_height():
     for h in headlines():
         assert len(f"✓ matches published {h.published_text}") <= 29, h.label
         assert len(h.detail) <= 29, h.label
+
+
+def test_table_cells_are_written_as_the_page_asks_and_read_back():
+    import math
+    import pandas as pd
+    from app.text import cell_text, md_table, text_table
+    from tests.conftest import markdown_table
+    assert cell_text(None) == cell_text(math.nan) == "–" and cell_text(True) == "yes" and cell_text(False) == "no"
+    assert cell_text(3.0) == "3" and cell_text(2.5) == "2.5" and cell_text(17578.0, ",d") == "17,578"
+    assert cell_text(0.1234, ".1%") == "12.3%" and cell_text(4.2e-17, ".2e") == "4.20e-17"
+    assert cell_text(7, lambda v: f"{v} tokens") == "7 tokens"
+    df = pd.DataFrame({"name": ["a|b", "<b>x</b>"], "count": [17578, 3], "share": [0.5, math.nan], "ok": [True, False]})
+    shown, right = text_table(df, {"count": ",d", "share": ".2f"})
+    assert right == ["count", "share"]                                  # numbers align right, text left
+    text = md_table(shown, right=right)
+    assert text.splitlines()[1] == "| --- | ---: | ---: | --- |"
+    back = markdown_table(text)
+    assert back["name"].tolist() == ["a|b", "<b>x</b>"]                 # escaped on the page, the same text read back
+    assert back["count"].tolist() == [17578, 3] and back["ok"].tolist() == [True, False]
+    assert back["share"].iloc[0] == 0.5 and math.isnan(back["share"].iloc[1])
+    assert markdown_table("Just a sentence.") is None

@@ -3,7 +3,7 @@
 with a notice, ?claim=6 shows claim 6)."""
 import json
 
-from tests.conftest import open_app_page
+from tests.conftest import markdown_tables, open_app_page
 
 
 
@@ -56,7 +56,7 @@ def test_quant_page_charts_and_experiment_switch():
     assert param(at, "variant") == "router"
     # another block of the chosen layer: the worked example gives X = 1 and the section 7 values
     at.segmented_control(key="quant_source").set_value("example").run()
-    table = at.dataframe[0].value
+    table = markdown_tables(at)[0]
     assert table["X · P"].tolist() == [0, 0, 0.5, 1, 1, 2, 2, 4, 4, -4, 6]
     points = quant_charts(at)["quant_block"][1]["values"]
     after = points[points["series"] == "after: X · P"].sort_values("element")
@@ -96,7 +96,7 @@ def test_moa_page_sliders_change_the_ratios():
     at.toggle(key="moa_match").set_value(False).run()
     at.slider(key="moa_size").set_value(100).run()
     assert not at.exception and param(at, "size") == "100" and param(at, "match") == "off"
-    table = at.dataframe[0].value
+    table = markdown_tables(at)[0]
     assert list(table["cost"]) == ["FLOPs per answer token", "Peak cache memory", "Time to the full answer",
                                    "Weight memory"]
 
@@ -125,9 +125,9 @@ def test_claims_page_lists_every_claim_and_filters():
     charts = {json.loads(el.proto.spec)["usermeta"]["chart"]: vega_datasets(el) for el in at.get("vega_lite_chart")}
     assert list(charts) == ["claims_verdicts", "claims_evidence"] and not at.get("plotly_chart")
     verdicts = charts["claims_verdicts"]["verdicts"].set_index("verdict")["claims"]
-    assert verdicts.sum() == 15 and verdicts.to_dict() == at.dataframe[0].value["verdict"].value_counts().to_dict()
+    assert verdicts.sum() == 15 and verdicts.to_dict() == markdown_tables(at)[0]["verdict"].value_counts().to_dict()
     assert len(charts["claims_evidence"]["evidence"]) == 6
-    assert sorted(at.dataframe[0].value["#"]) == list(range(1, 16))
+    assert sorted(markdown_tables(at)[0]["#"]) == list(range(1, 16))
     at.pills(key="claims_verdicts").set_value(["does-not-hold"]).run()
     assert not at.exception
     # claim 6 as attributed to MLA does not hold (the 75% is the 3:1 layer ratio); claim 12 misses by 10^4
@@ -146,7 +146,7 @@ def test_claims_page_link_to_one_claim():
     assert len(claim_headers(at)) == 15 and param(at, "claim") is None
     bad = open_page("views/claims.py", {"claim": "99", "verdict": "holds,sometimes"})
     assert "1 to 15" in notices(bad) and "sometimes" in notices(bad)
-    holds = [f"Claim {n}:" for n, v in zip(bad.dataframe[0].value["#"], bad.dataframe[0].value["verdict"]) if v == "holds"]
+    holds = [f"Claim {n}:" for n, v in zip(markdown_tables(bad)[0]["#"], markdown_tables(bad)[0]["verdict"]) if v == "holds"]
     shown = [h.split(" ", 2)[0] + " " + h.split(" ", 2)[1] for h in claim_headers(bad)]
     # claim 14 is judged in parts and one part holds: the page may list it under "holds" too
     assert holds and [h for h in shown if h != "Claim 14:"] == [h for h in holds if h != "Claim 14:"]

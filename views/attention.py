@@ -94,14 +94,10 @@ def live_section() -> None:
         st.markdown("**Measured: the live model's caches after the prefill and three decode steps**")
         with st.spinner("Decoding three tokens with all 93 layers…"):
             counts, new_ids = cached_decode_counts(prompt.ids)
-        num = lambda label: st.column_config.NumberColumn(label, format="%,d")
-        st.dataframe(counts, hide_index=True, width="stretch",
-                     column_config={"KDA values (measured)": num("KDA measured"),
-                                    "KDA values (accounting)": num("KDA accounting"),
-                                    "MLA values (measured)": num("MLA measured"),
-                                    "MLA values (accounting)": num("MLA accounting"),
-                                    "seconds": st.column_config.NumberColumn("step (s)", format="%.2f"),
-                                    "matches": st.column_config.CheckboxColumn("equal")})
+        names = {"KDA values (measured)": "KDA measured", "KDA values (accounting)": "KDA accounting",
+                 "MLA values (measured)": "MLA measured", "MLA values (accounting)": "MLA accounting",
+                 "seconds": "step (s)", "matches": "equal"}
+        ui.table(counts.rename(columns=names), {name: ",d" for name in list(names.values())[:4]} | {"step (s)": ".2f"})
         st.caption(f"Every value is `numel()` of the real cache objects (K3Cache), beside the accounting of "
                    f"model/memory.py for that many tokens. The {cfg.n_kda} KDA caches stay at "
                    f"{fmt_int(counts['KDA values (measured)'].iloc[0])} values; the {cfg.n_mla} MLA caches grow by "

@@ -74,9 +74,7 @@ table = count_table(count_view, bs, L, live_block if bs == lv.model.cfg.attnres_
 counted = ("Counted three ways: closed form, the real bookkeeping, the live model" if count_view == "two-reads" else
            "Counted two ways: closed form and the real bookkeeping (the live model counts two reads per layer)")
 with counts_box, st.expander(counted, expanded=True):
-    st.dataframe(table, hide_index=True, width="stretch",
-                 column_config={"Full": st.column_config.NumberColumn(format="%,d"),
-                                "Block": st.column_config.NumberColumn(format="%,d")})
+    ui.table(table, {"Full": ",d", "Block": ",d"})
     st.caption("The live model runs two reads per layer plus the output read, so its trace gives the "
                f"two-reads count (Block from the live instance, blocks of {lv.model.cfg.attnres_block_size}; Full from "
                "the same weights run with `attnres=\"full\"`): set Count to \"two reads per layer + output\" for "

@@ -109,9 +109,7 @@ summary = pd.DataFrame({
         str(hit) if (hit := steps_to(table[table["method"] == LABELS[mth]], 1.5 * floor)) is not None
         else f"not within {steps}" for mth in METHODS],
 })
-st.dataframe(summary, hide_index=True, width="stretch",
-             column_config={"max/mean at last step": st.column_config.NumberColumn(format="%.3f"),
-                            "CV at last step": st.column_config.NumberColumn(format="%.3f")})
+ui.table(summary, {"max/mean at last step": ".3f", "CV at last step": ".3f"})
 st.caption("Computed by this page's simulation. QB, which sets its bias from one earlier batch here, lands a "
            "little above the floor.")
 st.markdown(goal_note(setup, floor))
@@ -175,8 +173,7 @@ def step_sections() -> None:
         {"check": "had the weights used score + bias instead", "max difference": wc.max_diff_if_biased},
         {"check": "auxiliary-loss offsets on vs off, same comparison", "max difference": wc.max_diff_aux},
     ])
-    st.dataframe(checks, hide_index=True, width="stretch",
-                 column_config={"max difference": st.column_config.NumberColumn(format="%.2e")})
+    ui.table(checks, {"max difference": ".2e"})
     st.caption(f"Computed on {wc.tokens:,} tokens: the bias changed the chosen set of {wc.changed_sets:,} of them, "
                f"{wc.compared:,} share at least two experts between the two routings. Differences of order 1e-16 are "
                "floating-point rounding (the sums run in another order). So the bias decides *which* experts a token "

@@ -63,8 +63,7 @@ with c1:
 with c2:
     table = pd.DataFrame({"#": [c.claim.number for c in checks], "claim": [c.claim.title for c in checks],
                           "verdict": [c.verdict for c in checks]})
-    st.dataframe(table, hide_index=True, width="stretch", height=200,
-                 column_config={"#": st.column_config.NumberColumn(width="small")})
+    ui.table(table)
 
 if only is not None:
     st.info(f"Showing claim {only} only, as the link asks.", icon=":material/link:")
@@ -104,4 +103,4 @@ ui.vega_chart(evidence_spec(ev, LEVELS, st.context.theme.type),
               + ". Labels list the claims on this page about the component; hover for the sources.",
               alt="Chart placing six K3 components at evidence levels self-cited, mixed or high.", key="claims_evidence",
               table=lambda: ev)
-st.dataframe(ev, hide_index=True, width="stretch")
+ui.table(ev)

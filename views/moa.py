@@ -70,7 +70,7 @@ ui.vega_chart(costs_spec(table, moa.name, st.context.theme.type, present=bool(st
 shown = table.assign(**{"K3": [show(v, u) for v, u in zip(table["K3"], table["unit"])],
                         "MoA": [show(v, u) for v, u in zip(table["MoA"], table["unit"])],
                         "MoA / K3": [f"{r:,.2f}x" for r in table["ratio"]]})
-st.dataframe(shown[["cost", "K3", "MoA", "MoA / K3", "origin"]], hide_index=True, width="stretch")
+ui.table(shown[["cost", "K3", "MoA", "MoA / K3", "origin"]])
 
 st.subheader("How the ratios move with the prompt length")
 ui.vega_chart(sweep_spec(context_sweep(s), context),

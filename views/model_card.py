@@ -168,7 +168,7 @@ if ev:
     if nxt:
         st.markdown("**Its five most likely next tokens** (computed by `python -m model.evaluate`) after a "
                     "prose prompt and a code prompt:")
-        st.dataframe(next_token_table(nxt), hide_index=True, width="stretch")
+        ui.table(next_token_table(nxt))
         if all(entry.get("greedy") is not None for entry in nxt.values()):
             st.markdown("From the same two prompts, what it writes when it keeps taking its most likely token "
                         "(24 tokens, greedy):")
@@ -202,7 +202,7 @@ if log is not None:
                   alt="Spread of the balancing bias over training steps.", key="card_bias")
 
 st.subheader("Its configuration beside Kimi K3's")
-st.dataframe(config_table(), hide_index=True, width="stretch")
+ui.table(config_table())
 st.caption("Counts and ratios are K3's; widths are shrunk so that the whole model runs on a 2-core CPU. "
            "'published' values come from the K3 report and config (the latent width 3,584 is published as "
            "`routed_expert_hidden_size` and also equals d/2); 'derived' follow from them. The report says MXFP8 for "

@@ -61,12 +61,9 @@ frontier = frontier_table()
 ui.vega_chart(frontier_spec(frontier, st.context.theme.type), frontier_note(frontier),
               alt="Log-log scatter of total versus active parameters for public MoE models, K3 highlighted.",
               key="overview_frontier")
-st.dataframe(
-    frontier[["model", "released", "total_b", "active_b", "active share", "experts", "source"]],
-    hide_index=True, width="stretch", height=36 * (len(frontier) + 1) + 3,
-    column_config={"total_b": st.column_config.NumberColumn("total (B)", format="%,.1f"),
-                   "active_b": st.column_config.NumberColumn("active (B)", format="%,.1f"),
-                   "active share": st.column_config.NumberColumn(format="percent")})
+ui.table(frontier[["model", "released", "total_b", "active_b", "active share", "experts", "source"]]
+         .rename(columns={"total_b": "total (B)", "active_b": "active (B)"}),
+         {"total (B)": ",.1f", "active (B)": ",.1f", "active share": ".1%"})
 
 st.subheader("From Kimi K2 to K3")
 growth = k2_vs_k3()

@@ -103,9 +103,7 @@ def layer_sections() -> None:
                   "per pair cuts it further to the fan-out.",
                   alt="Horizontal bar chart of kilobytes one token sends to its experts per layer, for several schemes.",
                   key="ep_bytes")
-    st.dataframe(bt, hide_index=True, width="stretch",
-                 column_config={"values per token": st.column_config.NumberColumn(format="%,.0f"),
-                                "KB per token (BF16)": st.column_config.NumberColumn(format="%.1f")})
+    ui.table(bt, {"values per token": ",.0f", "KB per token (BF16)": ".1f"})
     st.caption("Derived from the published config (d, l, k) and K2's; 2 bytes per value assumes BF16 activations in "
                "transit (the report does not state it; FP8 would halve every bar). With uniform routing, (G − 1)/G of the "
                f"pairs ({(G - 1) / G:.0%} at G = {G}) leave their device.")
@@ -163,8 +161,7 @@ def layer_sections() -> None:
                       f"{cfg.expert_width} float32 values plus an 8-byte expert id per pair and the count exchange; combine: "
                       "the results going back). Rows a process keeps for its own experts are not sent.",
                       alt="Stacked bar chart of bytes sent per rank, dispatch and combine.", key="ep_rank_bytes")
-        st.dataframe(r.ranks, hide_index=True, width="stretch",
-                     column_config={"layer time (ms)": st.column_config.NumberColumn(format="%.2f")})
+        ui.table(r.ranks, {"layer time (ms)": ".2f"})
     else:
         st.caption("Nothing run yet for these settings. A run takes about 5–30 s here, mostly process start-up.")
     # drawn only while open (opening it reruns the page): st.code's highlighter costs ~0.4 s of every page load

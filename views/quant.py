@@ -115,9 +115,7 @@ def block_sections() -> None:
                   alt="Scatter of one block's 32 values before and after MX quantisation, with the grid levels.",
                   key="quant_block_fig")
     with st.expander("The block, value by value"):
-        st.dataframe(table, hide_index=True, width="stretch",
-                     column_config={c: st.column_config.NumberColumn(format="%.6g")
-                                    for c in ("value V", "V / X", "on the grid P", "X · P", "error")})
+        ui.table(table, {c: ".6g" for c in ("value V", "V / X", "on the grid P", "X · P", "error")})
         if fmt == "e2m1":
             st.caption("4-bit code: sign, 2 exponent bits, 1 mantissa bit, as model.quant.pack_mxfp4 writes it "
                        f"(two codes per byte, plus the scale byte: {packed_bytes(BLOCK)} bytes per block of {BLOCK}, "
@@ -212,10 +210,7 @@ ui.vega_chart(cached_spec("k3_bytes", theme_type),
               f"{fmt_bytes(2 * K3['other_params'])}. Per token, the active weights read are {fmt_bytes(K3['active_k3'])} "
               f"(vs {fmt_bytes(K3['active_bf16'])} in bf16): the input of the decode-latency bound on the next page.",
               alt="Stacked bars of K3's weight memory, all bf16 versus MXFP4 routed experts.", key="quant_k3_bytes")
-st.dataframe(k3_gb_table(), hide_index=True, width="stretch",
-             column_config={"parameters": st.column_config.NumberColumn(format="%,d"),
-                            "bits per value": st.column_config.NumberColumn(format="%.2f"),
-                            **{c: st.column_config.NumberColumn(format="%,.1f") for c in GB_COLUMNS.values()}})
+ui.table(k3_gb_table(), {"parameters": ",d", "bits per value": ".2f", **{c: ",.1f" for c in GB_COLUMNS.values()}})
 st.caption("Which parts K3 keeps in higher precision: attention, latent projections, shared experts and router "
            f"(published: K3 report; docs/ARCHITECTURE.md §7); expert activations run in MXFP8 ({K3['bits_mxfp8']:g} "
            "bits; the report says MXFP8, and E4M3 elements are what K3's serving kernels take). "
