@@ -18,6 +18,7 @@ import gc
 import os
 import threading
 import time
+import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -184,6 +185,36 @@ def _resume(ids: tuple[int, ...], from_layer: int, options: RunOptions) -> K3Out
     with computing():
         ready = _prefetcher.take((ids, from_layer, options))   # computed while the server was idle
         return ready if ready is not None else model.resume(base, from_layer, options=options)
+
+
+# ---- what pages compute from a run ---------------------------------------------------------------------
+# forward and resume hand out the same K3Output object again while it is cached, so what a page derives from
+# one (a chart's spec, a table) can live beside it and go when it goes: going back to a routing seen before
+# (top-k back to 16, the bias on again) builds none of its charts again. Shared by every session: read-only.
+_DERIVED: dict[int, dict] = {}       # id(run) -> {key: value}; a K3Output (a dataclass) is not hashable
+_DERIVED_LOCK = threading.Lock()
+DERIVED_PER_RUN = 64            # values kept per run; the oldest goes first
+
+
+def derived(run: K3Output, key: tuple, make):
+    """`make()`, computed once per `run` (a result of forward or resume) and `key` (what the value is and its
+    other inputs: the token, the layer, ...), then handed out again while the run lives."""
+    rid = id(run)
+    with _DERIVED_LOCK:
+        memo = _DERIVED.get(rid)
+        if memo is not None and key in memo:
+            return memo[key]
+    value = make()                                  # outside the lock: two sessions may both compute it once
+    with _DERIVED_LOCK:
+        memo = _DERIVED.get(rid)
+        if memo is None:
+            memo = _DERIVED[rid] = {}
+            # dropped when the run is (before its id can be another object's); no lock: the collector may run
+            # this on a thread that holds it
+            weakref.finalize(run, _DERIVED.pop, rid, None)
+        if key not in memo and len(memo) >= DERIVED_PER_RUN:
+            memo.pop(next(iter(memo)))
+        return memo.setdefault(key, value)
 
 
 # ---- idle-time prefetch -----------------------------------------------------------------------------

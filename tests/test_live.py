@@ -135,3 +135,32 @@ def test_neighbours_are_one_nudge_away():
                                           rt.Rerouting(top_k=1, use_bias=False, knocked_out=(3,))]
     assert rt.neighbours(rt.Rerouting(dense=True)) == []
     assert rt.neighbours(rt.Rerouting(), expert=9)[-1] == rt.Rerouting(knocked_out=(9,))
+
+
+def test_derived_values_are_computed_once_per_run_and_go_with_it():
+    import gc
+    from app import live
+
+    class Run:                                    # stands for a K3Output: any object the caches hand out again
+        pass
+
+    calls = []
+
+    def make(tag):
+        def f():
+            calls.append(tag)
+            return {"spec": tag}
+        return f
+    a, b = Run(), Run()
+    first = live.derived(a, ("chart", 1), make("a1"))
+    assert live.derived(a, ("chart", 1), make("again")) is first and calls == ["a1"]     # the same object again
+    assert live.derived(a, ("chart", 2), make("a2")) == {"spec": "a2"}                  # another key: computed
+    assert live.derived(b, ("chart", 1), make("b1")) == {"spec": "b1"}                  # another run: its own
+    assert calls == ["a1", "a2", "b1"]
+    rid = id(a)
+    del a, first
+    gc.collect()
+    assert rid not in live._DERIVED and id(b) in live._DERIVED                        # gone with its run
+    for i in range(live.DERIVED_PER_RUN + 5):
+        live.derived(b, ("many", i), make(i))
+    assert len(live._DERIVED[id(b)]) == live.DERIVED_PER_RUN                           # bounded per run

@@ -13,7 +13,7 @@ from app import routing as rt
 from app import state, ui
 from app.charts.linked import linked_figure
 from app.charts.routing import changed_spec, fingerprint_spec, fingerprint_table, grid_spec, predictions_spec
-from app.live import banner, forward, live
+from app.live import banner, derived, forward, live
 from app.text import fmt_params, md_table
 
 lv = live()
@@ -208,17 +208,27 @@ def explorer(prompt) -> None:
                            "to 92, or apply the change to this layer and every later one." if no_layer else
                            "Nothing is re-routed yet: change top-k, turn the bias off, knock out or force an expert, "
                            "or go dense, and this shows how many of the token's experts change in each later layer.")
-                diff = rt.changed_choices(base, run, token, LAST + 1)          # no rows
+                start = LAST + 1                                              # no rows
             else:
-                note, diff = None, rt.changed_choices(base, run, token, plan[0])
+                note, start = None, plan[0]
+
+            def changed():
+                diff = rt.changed_choices(base, run, token, start)
+                return diff, changed_spec(diff, note)
+            diff, spec = derived(run, ("changed", token, start, note), changed)
+            if plan is not None:
                 caption = rt.changed_caption(diff, plan[0], scope)
-            ui.vega_chart(changed_spec(diff, note), caption,
+            ui.vega_chart(spec, caption,
                           alt="Bar chart of changed expert choices per layer for the chosen token.", key="routing_changed")
         with c_pred:
             pieces_of = lv.tokenizer.pieces
-            before, after = rt.top_predictions(base, token, pieces_of), rt.top_predictions(run, token, pieces_of)
-            ui.vega_chart(predictions_spec(before, after, [rt.chart_label(p) for p in before["piece"]],
-                                           [rt.chart_label(p) for p in after["piece"]], st.context.theme.type),
+            theme = st.context.theme.type
+
+            def predictions():
+                before, after = rt.top_predictions(base, token, pieces_of), rt.top_predictions(run, token, pieces_of)
+                return predictions_spec(before, after, [rt.chart_label(p) for p in before["piece"]],
+                                        [rt.chart_label(p) for p in after["piece"]], theme)
+            ui.vega_chart(derived(run, ("predictions", token, theme, plan is None), predictions),
                           f"The live model's five most likely next tokens after “{rt.chip_label(piece)}”, with the model's "
                           "own routing (left) and with your re-routing (right"
                           + (")." if plan is not None else ": the same until you change the routing)."),
@@ -227,8 +237,12 @@ def explorer(prompt) -> None:
 
     with fingerprint:
         st.subheader(f"The routing fingerprint of “{rt.chip_label(piece)}”")
-        layers, probs, mask = rt.fingerprint(run, token)
-        ui.vega_chart(fingerprint_spec(layers, probs, mask),
+
+        def fingerprint_view():
+            layers, probs, mask = rt.fingerprint(run, token)
+            return layers, probs, mask, fingerprint_spec(layers, probs, mask)
+        layers, probs, mask, spec = derived(run, ("fingerprint", token), fingerprint_view)
+        ui.vega_chart(spec,
                       f"Each row is one of the {len(layers)} mixture-of-experts layers, each column one of the {E} "
                       "experts; grey is the router's probability, the coloured cells are the experts the token used "
                       "(your re-routing included): point at one for its numbers. The pattern changes from layer to "
@@ -276,11 +290,13 @@ def layer_view(prompt, token: int, settings: rt.Rerouting, nav, left, below):
             if expert is None:
                 expert = rt.chosen_at(run, layer, token)[0]
             ov = settings.applies_at(layer, layer, cfg)
-            grid = rt.layer_grid(run, layer, token, ov.knocked_out if ov else (), ov.forced if ov else ())
+            marks = (ov.knocked_out, ov.forced) if ov else ((), ())
+            grid = derived(run, ("grid", layer, token, marks), lambda: rt.layer_grid(run, layer, token, *marks))
             n_chosen = int(grid["chosen"].sum())
             chosen = sorted(int(e) for e in grid.loc[grid["chosen"], "expert"])
             st.container(key="routing_grid_title").markdown(f"**Layer {layer}: the experts of “{rt.chip_label(piece)}”**")
-            ui.vega_chart(grid_spec(grid, colour_by, expert),
+            ui.vega_chart(derived(run, ("grid_spec", layer, token, marks, colour_by, expert),
+                                  lambda: grid_spec(grid, colour_by, expert)),
                           f"Each square is one routed expert, 28 per row; each band of 4 rows (112 experts: shard 0 holds "
                           f"experts 0–111, shard 1 112–223, …) is one of the 8 shards an 8-device deployment would hold. The {n_chosen} outlined, glowing squares are "
                           "the experts this token uses here"
@@ -298,8 +314,12 @@ def layer_view(prompt, token: int, settings: rt.Rerouting, nav, left, below):
     with below:
         if layer > 0:
             st.subheader(f"Which tokens does each expert serve? Layer {layer}, point and see")
-            pairs = rt.layer_pairs(run, layer, prompt.pieces)
-            st.vega_lite_chart(linked_figure(pairs, rt.expert_loads(pairs, E), prompt.pieces), width="content",
+
+            def linked():
+                pairs = rt.layer_pairs(run, layer, prompt.pieces)
+                return linked_figure(pairs, rt.expert_loads(pairs, E), prompt.pieces)
+            spec = derived(run, ("linked", layer), linked)
+            st.vega_lite_chart(spec, width="content",
                                key="routing_linked")
             st.caption("Point at a square: the tokens of your prompt that chose that expert light up; point at a "
                        "token: its experts are outlined. Your browser answers this alone, without asking the server, "
