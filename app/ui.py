@@ -213,6 +213,7 @@ PRESENTER_CSS = """
 [data-testid="stMain"] [data-testid="stMarkdownContainer"] p,
 [data-testid="stMain"] [data-testid="stMarkdownContainer"] li { font-size: 1.45rem !important; line-height: 1.5; }
 [data-testid="stMain"] [data-testid="stCaptionContainer"] p { font-size: 1.2rem !important; }
+[data-testid="stMain"] [data-testid="stMarkdownContainer"] :is(th, td) { font-size: 1.25rem !important; }
 [data-testid="stMain"] [class*="st-key-k3-plain"] [data-testid="stText"] span { font-size: 1.3rem !important; }
 [data-testid="stMain"] h1 { font-size: 3.8rem !important; }
 [data-testid="stMain"] h2, [data-testid="stMain"] h3 { font-size: 2.2rem !important; }

@@ -54,3 +54,13 @@ def test_presenter_mode_hides_controls_and_enlarges_type(server, page, shot_dir)
     assert not page.locator('[data-testid="stMain"] [data-testid="stSlider"]').first.is_visible()
     assert page.locator(".js-plotly-plot, .vega-embed").count() >= 1
     page.screenshot(path=str(shot_dir / "presenter-situ.png"))
+
+
+def test_presenter_mode_enlarges_the_tables_too(server, page):
+    size = "parseFloat(getComputedStyle(document.querySelector('[data-testid=\"stMain\"] td')).fontSize)"
+    page.goto(server + "claims")
+    settle(page)
+    normal = page.evaluate(size)
+    page.goto(server + "claims?present=1")
+    settle(page)
+    assert page.evaluate(size) > 1.2 * normal          # a Markdown table (ui.table) reads from the back of a room
