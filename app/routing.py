@@ -284,15 +284,8 @@ def expert_on_prompt(out: K3Output, layer: int, expert: int, pieces: list[str], 
                          "router probability": prob[order], "chose it": chosen[order]})
 
 
-def as_table(df: pd.DataFrame) -> pd.DataFrame:
-    """A small table for app.text.md_table (one Markdown element, which the browser redraws far faster than
-    st.dataframe's grid or st.table's Markdown element per cell): probabilities to 3 decimals, yes/no marks."""
-    out = df.copy()
-    if "router probability" in out:
-        out["router probability"] = [f"{p:.3f}" for p in out["router probability"]]
-    if "chose it" in out:
-        out["chose it"] = ["✓" if c else "–" for c in out["chose it"]]
-    return out
+# how ui.table writes the expert panel's two tables: probabilities to 3 decimals, a mark for a chosen expert
+TABLE_FORMATS = {"router probability": ".3f", "chose it": lambda chose: "✓" if chose else "–"}
 
 
 # ---- the held-out sample --------------------------------------------------------------------------

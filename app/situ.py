@@ -272,27 +272,6 @@ def chain_summary(table: pd.DataFrame, n_layers: int) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def as_table(df: pd.DataFrame, formats: dict[str, str]) -> pd.DataFrame:
-    """A summary for app.text.md_table (one Markdown element, which the browser draws far faster than
-    st.dataframe's grid or st.table's element per cell): numbers written with `formats` (column -> format spec),
-    whole numbers without ".0", a missing value as "–", yes/no for flags, the first column as the index (the
-    row label; the page shows it as the first column)."""
-    out = df.copy()
-    for col in out.columns:
-        values = out[col].tolist()
-        if col in formats:
-            out[col] = [format(v, formats[col]) if v is not None and v == v else "–" for v in values]
-        elif out[col].dtype == bool:
-            out[col] = ["yes" if v else "no" for v in values]
-        else:
-            missing = [v is None or (isinstance(v, float) and v != v) for v in values]   # a layer number, or none
-            whole = [int(v) if isinstance(v, float) and not m and v.is_integer() else v for v, m in zip(values, missing)]
-            # a column with a missing value is all text: a mix of numbers and "–" is no Arrow column (Streamlit
-            # would log a traceback and convert it itself on every run)
-            out[col] = ([("–" if m else str(v)) for v, m in zip(whole, missing)] if any(missing) else whole)
-    return out.set_index(out.columns[0])
-
-
 # ---- cached wrappers for the page (Streamlit caches; the functions above stay pure) ---------------
 
 

@@ -345,6 +345,7 @@ def test_expert_tables_are_plain_and_formatted():
     import pandas as pd
     df = pd.DataFrame({"position": [3, 1], "token": ["a", "b"], "router probability": [0.12345, 0.5],
                        "chose it": [True, False]})
-    t = rt.as_table(df)
-    assert list(t["position"]) == [3, 1] and list(t["router probability"]) == ["0.123", "0.500"]
-    assert list(t["chose it"]) == ["✓", "–"]
+    from app.text import text_table
+    t, right = text_table(df, rt.TABLE_FORMATS)
+    assert list(t["position"]) == ["3", "1"] and list(t["router probability"]) == ["0.123", "0.500"]
+    assert list(t["chose it"]) == ["✓", "–"] and right == ["position", "router probability"]

@@ -337,19 +337,17 @@ def test_chain_chart_marks_values_that_reach_zero():
 
 def test_summary_tables_for_the_page():
     import pandas as pd
-    from app.situ import as_table
+    from app.text import text_table
     rows = [{"layer": layer, "variant": v, "activation": "swiglu", "norm": v == "b",
              "max_h": math.inf if (v, layer) == ("a", 3) else 10.0 ** layer, "rms_out": 1.0}
             for v in ("a", "b") for layer in range(1, 4 if v == "a" else 6)]
     summary = chain_summary(pd.DataFrame(rows), 5)
-    table = as_table(summary, {"largest |h| (inf: overflow)": ".3g"})
+    table = text_table(summary, {"largest |h| (inf: overflow)": ".3g"})[0].set_index("variant")
     assert list(table.index) == ["a", "b"]                                  # the variant labels the rows
-    assert table.loc["a"].tolist() == [3, "inf", 3, "3", "yes"]             # overflowed at layer 3 of 5
-    assert table.loc["b"].tolist() == [5, "1e+05", 3, "–", "no"]            # never past 3.4e38: no layer
-    import pyarrow as pa
-    pa.Table.from_pandas(table)          # every column is one Arrow type (a number/"–" mix is not)
-    hist = as_table(pd.DataFrame([{"activation": "SwiGLU", "values": 12345, "max |h|": 512.3456}]),
-                    {"values": ",d", "max |h|": ".4g"})
+    assert table.loc["a"].tolist() == ["3", "inf", "3", "3", "yes"]         # overflowed at layer 3 of 5
+    assert table.loc["b"].tolist() == ["5", "1e+05", "3", "–", "no"]        # never past 3.4e38: no layer
+    hist = text_table(pd.DataFrame([{"activation": "SwiGLU", "values": 12345, "max |h|": 512.3456}]),
+                      {"values": ",d", "max |h|": ".4g"})[0].set_index("activation")
     assert hist.loc["SwiGLU"].tolist() == ["12,345", "512.3"]
 
 

@@ -14,7 +14,7 @@ from app import state, ui
 from app.charts.linked import linked_figure
 from app.charts.routing import changed_spec, fingerprint_spec, fingerprint_table, grid_spec, predictions_spec
 from app.live import banner, derived, forward, live
-from app.text import fmt_params, md_table
+from app.text import fmt_params
 
 lv = live()
 cfg = lv.model.cfg
@@ -349,7 +349,7 @@ def layer_view(prompt, token: int, settings: rt.Rerouting, nav, left, below):
             t1, t2 = st.columns(2, gap="medium")
             with t1:
                 st.markdown("**Tokens of the prompt that score it highest**")
-                st.markdown(md_table(rt.as_table(rt.expert_on_prompt(run, layer, expert, list(prompt.pieces)))))
+                ui.table(rt.expert_on_prompt(run, layer, expert, list(prompt.pieces)), rt.TABLE_FORMATS)
             held_slot = t2.empty()
             held_slot.caption("Routing the held-out sample…")
             st.caption("Held-out text: a 3 KB sample of the validation split (Python docstrings, a manual page, source "
@@ -368,7 +368,7 @@ def layer_view(prompt, token: int, settings: rt.Rerouting, nav, left, below):
                 i = held.layers.index(layer)
                 st.markdown(f"**Held-out text that scores it highest** (chosen by {held.chosen_count[i, expert]} of "
                             f"{len(held.ids)} tokens here)")
-                st.markdown(md_table(rt.as_table(rt.expert_on_heldout(held, layer, expert, lv.tokenizer.pieces))))
+                ui.table(rt.expert_on_heldout(held, layer, expert, lv.tokenizer.pieces), rt.TABLE_FORMATS)
         if view["play"]:
             time.sleep(1.0)
             if layer < LAST:

@@ -5,12 +5,11 @@ import streamlit as st
 
 from app import live as lv_mod
 from app import state, ui
-from app.text import md_table
 from app.charts.situ import (chain_spec, curve_table, derivative_spec, factors_spec, grid_spec, grid_table,
                              histogram_spec, output_spec)
-from model.config import K3Config
-from app.situ import (CAP, FP8_MAX, NAMES, as_table, cached_chain, cached_curves, cached_grid, cached_hidden,
+from app.situ import (CAP, FP8_MAX, NAMES, cached_chain, cached_curves, cached_grid, cached_hidden,
                       chain_summary, histogram_summary, swiglu_crossings)
+from model.config import K3Config
 
 RANGES = list(range(1, 1001))
 UPS = list(range(-1000, 1001))
@@ -127,8 +126,7 @@ if prompt is not None:
                       f"matters in the tails. Raise the scale and SwiGLU's tail passes {FP8_MAX:g} (E4M3's largest value before "
                       f"MXFP8's block scale) while SiTU-GLU's stops at {CAP:g}.",
                       alt="Overlaid histograms of the experts' hidden activations under SiTU-GLU and SwiGLU.", key="situ_hist")
-        st.markdown(md_table(as_table(summary, {"values": ",d", "max |h|": ".4g", "over 100": ",d",
-                                                "over FP8 max 448": ",d"}).reset_index()))
+        ui.table(summary, {"values": ",d", "max |h|": ".4g", "over 100": ",d", "over FP8 max 448": ",d"})
         st.caption("Computed from the live model. The gate and up pre-activations are rebuilt from the recorded "
                    "forward (the layer's FFN input, its latent projection, the routed experts' weights); the tests "
                    "check that they reproduce the layer's recorded output.")
@@ -156,8 +154,7 @@ if prompt is not None:
                       "never exceeds 100, with or without the norm. K3 uses both.",
                       alt="Log-scale line chart of activation magnitude per layer for four variants of the routed path.",
                       key="situ_chain_fig", table=lambda: table)
-        st.markdown(md_table(as_table(chain_summary(table, len(cfg.moe_layers)),
-                                      {"largest |h| (inf: overflow)": ".3g"}).reset_index()))
+        ui.table(chain_summary(table, len(cfg.moe_layers)), {"largest |h| (inf: overflow)": ".3g"})
         st.caption("Computed in float64 with the live weights. The experiment is a stress test of the routed path "
                    "alone; the K3 report states that the routed path (about four chained matmuls) diverged at scale "
                    "without these two changes, and gives no numbers to compare with (published claim, self-cited).")
