@@ -25,6 +25,10 @@ PROMPT = (state.Choice("preset", DEFAULT_PRESET.lower(), "prompt preset", shared
                        options=tuple(_preset_slugs())),
           state.Text("text", "", "typed text", shared=True, key="prompt_text", most=MAX_LINK_TEXT))
 TOKEN = state.Index("token", None, "token", shared=True)
+# the help of every page's token chips
+TOKEN_HELP = ("␣ is a space, ↵ a line break; a token can be part of a word, and � part of a character: the tokenizer "
+              "works on UTF-8 bytes, where a character such as é takes two bytes and ✓ three, and they can fall "
+              "into different tokens.")
 
 
 def page_header(title: str, lead: str, try_this: str | None = None) -> None:

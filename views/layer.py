@@ -81,7 +81,7 @@ def inside() -> None:
     chips = chip_labels(pieces)
     token = ui.token_index(view, prompt.ids, st.pills, "Token: click one to follow it down the layer",
                            list(range(T)), format_func=chips.__getitem__,
-                           help="␣ is a space, ↵ a line break; a token can be part of a word.")
+                           help=ui.TOKEN_HELP)
     c_layer, c_prev, c_next = st.columns([8, 1, 1], vertical_alignment="bottom")
     with c_layer:
         layer = view.draw(st.slider, "layer", "Layer", 0, LAST,

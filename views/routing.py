@@ -133,7 +133,7 @@ def explorer(prompt) -> None:
     chips = rt.chip_labels(prompt.pieces)
     token = ui.token_index(view, prompt.ids, st.pills, "Token: click one to follow it through the layers",
                            list(range(T)), format_func=chips.__getitem__,
-                           help="␣ is a space, ↵ a line break; a token can be part of a word.")
+                           help=ui.TOKEN_HELP)
     piece = prompt.pieces[token]
     layer = view["layer"]
     nav = st.container()                                  # the layer's controls (the layer view's)
