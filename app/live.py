@@ -114,6 +114,12 @@ _BUSY = {"active": 0, "until": 0.0}      # computations for sessions now, and wh
 _BUSY_LOCK = threading.Lock()
 
 
+def busy() -> tuple[int, float]:
+    """(computations on the live model under way now, time.monotonic() when the last one ended)."""
+    with _BUSY_LOCK:
+        return _BUSY["active"], _BUSY["until"]
+
+
 def _busy(delta: int) -> None:
     with _BUSY_LOCK:
         _BUSY["active"] += delta

@@ -51,8 +51,10 @@ def idle_for() -> float:
     warm-up; 0 while it does."""
     busy = [(_RUNS["active"], _RUNS["until"])]
     live = sys.modules.get("app.live")             # not imported yet: nothing has computed on the model
-    if live is not None and (live._BUSY["active"] or live._BUSY["until"] > _OWN["until"]):
-        busy.append((live._BUSY["active"], live._BUSY["until"]))   # else the last computation was a task's
+    if live is not None:
+        active, until = live.busy()
+        if active or until > _OWN["until"]:               # else the last computation was a task's
+            busy.append((active, until))
     if any(active for active, _ in busy):
         return 0.0
     return time.monotonic() - max(until for _, until in busy)
