@@ -349,3 +349,23 @@ def test_expert_tables_are_plain_and_formatted():
     t, right = text_table(df, rt.TABLE_FORMATS)
     assert list(t["position"]) == ["3", "1"] and list(t["router probability"]) == ["0.123", "0.500"]
     assert list(t["chose it"]) == ["✓", "–"] and right == ["position", "router probability"]
+
+
+def test_heldout_soon_starts_the_routing_once_in_the_background(monkeypatch, caplog):
+    import threading
+    calls = []
+    done = threading.Event()
+
+    def fake():
+        calls.append(threading.current_thread().name)
+        done.set()
+        raise RuntimeError("no model here")          # a failure is logged, never raised into the page
+    monkeypatch.setattr(rt, "heldout", fake)
+    monkeypatch.setitem(rt._SOON, "started", False)
+    assert rt.heldout_soon() is True and rt.heldout_soon() is False
+    assert done.wait(10)
+    for t in threading.enumerate():
+        if t.name == "k3-heldout":
+            t.join(10)
+    assert calls == ["k3-heldout"]                     # once, and not on the caller's thread
+    assert "no model here" in caplog.text

@@ -42,6 +42,8 @@ view = state.page(
     state.Flag("play", False, "play", link=False),
 )
 banner(lv)
+if view["layer"] > 0:           # the expert panel's held-out table comes last: routed meanwhile, while the page draws
+    rt.heldout_soon()
 prompt = ui.prompt_input(view)
 if prompt is None:
     st.stop()
