@@ -72,7 +72,9 @@ def md_table(df, limit: int = 100_000, right=()) -> str:
 def cell_text(value, spec=None) -> str:
     """One table cell as text: `spec` a format spec (",d", ".3f", ".1%") or a function of the value; a missing
     value (None, NaN) is "–", a flag yes/no, a whole float without ".0"."""
-    if value is None or (isinstance(value, float) and value != value):
+    if type(value).__module__ == "numpy" and hasattr(value, "item"):
+        value = value.item()                        # a numpy scalar as the Python number it holds
+    if value is None or type(value).__name__ == "NAType" or (isinstance(value, float) and value != value):
         return "–"
     if callable(spec):
         return str(spec(value))
@@ -80,7 +82,7 @@ def cell_text(value, spec=None) -> str:
         if spec.endswith("d") and isinstance(value, float) and value.is_integer():
             value = int(value)
         return format(value, spec)
-    if isinstance(value, bool) or type(value).__name__ == "bool_":
+    if isinstance(value, bool):
         return "yes" if value else "no"
     if isinstance(value, float) and value.is_integer() and abs(value) < 1e15:
         return str(int(value))

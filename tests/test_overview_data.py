@@ -124,6 +124,9 @@ def test_table_cells_are_written_as_the_page_asks_and_read_back():
     assert cell_text(3.0) == "3" and cell_text(2.5) == "2.5" and cell_text(17578.0, ",d") == "17,578"
     assert cell_text(0.1234, ".1%") == "12.3%" and cell_text(4.2e-17, ".2e") == "4.20e-17"
     assert cell_text(7, lambda v: f"{v} tokens") == "7 tokens"
+    import numpy as np
+    assert cell_text(np.float32("nan")) == cell_text(pd.NA) == "–" and cell_text(np.bool_(True)) == "yes"
+    assert cell_text(np.float32(1234.0), ",d") == "1,234" and cell_text(np.int64(5)) == "5"
     df = pd.DataFrame({"name": ["a|b", "<b>x</b>"], "count": [17578, 3], "share": [0.5, math.nan], "ok": [True, False]})
     shown, right = text_table(df, {"count": ",d", "share": ".2f"})
     assert right == ["count", "share"]                                  # numbers align right, text left
