@@ -199,7 +199,7 @@ def _resume(ids: tuple[int, ...], from_layer: int, options: RunOptions) -> K3Out
 # (top-k back to 16, the bias on again) builds none of its charts again. Shared by every session: read-only.
 _DERIVED: dict[int, dict] = {}       # id(run) -> {key: value}; a K3Output (a dataclass) is not hashable
 _DERIVED_LOCK = threading.Lock()
-DERIVED_PER_RUN = 64            # values kept per run; the oldest goes first
+DERIVED_PER_RUN = 16            # values kept per run (a chart's spec is ~0.1-0.3 MB); the oldest goes first
 
 
 def derived(run: K3Output, key: tuple, make):

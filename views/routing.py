@@ -239,18 +239,15 @@ def explorer(prompt) -> None:
 
     with fingerprint:
         st.subheader(f"The routing fingerprint of “{rt.chip_label(piece)}”")
-
-        def fingerprint_view():
-            layers, probs, mask = rt.fingerprint(run, token)
-            return layers, probs, mask, fingerprint_spec(layers, probs, mask)
-        layers, probs, mask, spec = derived(run, ("fingerprint", token), fingerprint_view)
+        # the spec only (its image is ~0.2 MB); the CSV's numbers are read again from the run if asked for
+        spec = derived(run, ("fingerprint", token), lambda: fingerprint_spec(*rt.fingerprint(run, token)))
         ui.vega_chart(spec,
-                      f"Each row is one of the {len(layers)} mixture-of-experts layers, each column one of the {E} "
+                      f"Each row is one of the {len(cfg.moe_layers)} mixture-of-experts layers, each column one of the {E} "
                       "experts; grey is the router's probability, the coloured cells are the experts the token used "
                       "(your re-routing included): point at one for its numbers. The pattern changes from layer to "
                       "layer: each layer has its own router and its own experts.",
                       alt="Heatmap of router probability over layers and experts for the chosen token, chosen experts marked.",
-                      key="routing_fingerprint", table=lambda: fingerprint_table(layers, probs, mask))
+                      key="routing_fingerprint", table=lambda: fingerprint_table(*rt.fingerprint(run, token)))
     if finish is not None:
         finish()
 
