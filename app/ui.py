@@ -2,6 +2,8 @@
 notices, the prompt box, and the shared sidebar (link to this view, presenter mode, download format)."""
 from __future__ import annotations
 
+import weakref
+
 import streamlit as st
 
 from app import export, state
@@ -99,12 +101,45 @@ def vega_chart(spec: dict, caption: str, alt: str, key: str, table=None, **kwarg
     selection_mode) go to st.vega_lite_chart, whose return value this returns."""
     if st.session_state.get(K_PRESENT):
         spec = presenter_spec(spec)
-    out = st.vega_lite_chart(spec, width="stretch" if stretches(spec) else "content", key=key,
+    out = st.vega_lite_chart(arrow_spec(spec), width="stretch" if stretches(spec) else "content", key=key,
                              alt=alt, **kwargs)
     st.caption(caption)
     _csv_button(table or (lambda: export.spec_frame(spec)), alt, key,
                 "the numbers behind this chart; the chart's toolbar (on hover) saves the picture as PNG")
     return out
+
+
+# A chart's data frames as the Arrow bytes Streamlit sends, converted once per frame: a spec kept beside a cached run
+# (app.live.derived) or in a cache is drawn again on every rerun that shows it, and Streamlit would convert its
+# frames again each time (~40 ms of the server's ~160 ms on a Routing explorer top-k key, py-spy). A frame is
+# read-only once drawn; the memo goes with the frame.
+_ARROW: dict[int, tuple[tuple, bytes]] = {}
+
+
+def arrow_bytes(df) -> bytes:
+    """What st.vega_lite_chart sends for the data frame `df` (Streamlit's own conversion), computed once per frame
+    object while it lives (its shape and column names are checked again on each use)."""
+    from streamlit import dataframe_util
+    key, shape = id(df), (df.shape, tuple(map(str, df.columns)))
+    hit = _ARROW.get(key)
+    if hit is not None and hit[0] == shape:
+        return hit[1]
+    data = dataframe_util.convert_anything_to_arrow_bytes(df)
+    if hit is None:
+        weakref.finalize(df, _ARROW.pop, key, None)            # before the id can be another object's
+    _ARROW[key] = (shape, data)
+    return data
+
+
+def arrow_spec(spec: dict) -> dict:
+    """A copy of a Vega-Lite spec whose named datasets that are data frames are their Arrow bytes (arrow_bytes),
+    which st.vega_lite_chart sends as they are."""
+    import pandas as pd
+    datasets = spec.get("datasets")
+    if not datasets:
+        return spec
+    return spec | {"datasets": {name: arrow_bytes(d) if isinstance(d, pd.DataFrame) else d
+                                for name, d in datasets.items()}}
 
 
 def _csv_button(table, alt: str, key: str | None, help: str) -> None:
@@ -135,9 +170,14 @@ def table(df, formats: dict | None = None) -> None:
     each cell written by app.text.cell_text with `formats` (column -> format spec or function). Not
     st.dataframe: its grid costs the browser ~0.35-0.45 s of each page load here (same-run reloads of the
     Model card 1.75 -> 1.41 s and the balancing lab 1.78 -> 1.31 s with its grids drawn as Markdown)."""
+    st.markdown(table_markdown(df, formats))
+
+
+def table_markdown(df, formats: dict | None = None) -> str:
+    """What ui.table draws, as Markdown text (for a page that keeps it beside a cached run)."""
     from app.text import md_table, text_table
     shown, right = text_table(df, formats)
-    st.markdown(md_table(shown, right=right))
+    return md_table(shown, right=right)
 
 
 def plain_blocks(texts, key: str) -> None:

@@ -25,3 +25,53 @@ def test_csv_quotes_odd_values_and_file_names_are_safe():
     assert file_stem("Grid of 896 experts at layer 46!") == "grid-of-896-experts-at-layer-46"
     assert file_stem("<script>../../etc</script>") == "script-etc-script"
     assert file_stem("😀") == "k3-explorer-chart"
+
+
+# ---- the Arrow bytes a chart's data frames travel as ----------------------------------------------------
+
+def test_chart_frames_are_converted_once_to_the_bytes_streamlit_sends(monkeypatch):
+    import gc
+
+    import pyarrow as pa
+    from streamlit import dataframe_util
+
+    from app import ui
+    calls = []
+    convert = dataframe_util.convert_anything_to_arrow_bytes
+    monkeypatch.setattr(dataframe_util, "convert_anything_to_arrow_bytes", lambda df: calls.append(1) or convert(df))
+    df = pd.DataFrame({"expert": [3, 1, 2], "line": ["chosen", "–", "knocked out"]})
+    spec = {"mark": "point", "datasets": {"experts": df, "raw": [{"a": 1}]}}
+    sent = ui.arrow_spec(spec)
+    assert sent is not spec and spec["datasets"]["experts"] is df                  # the spec itself unchanged
+    assert sent["datasets"]["raw"] == [{"a": 1}]                                   # not a frame: as it was
+    table = pa.ipc.open_stream(sent["datasets"]["experts"]).read_all().to_pandas()  # the same rows, read back
+    assert list(table["expert"]) == [3, 1, 2] and list(table["line"]) == ["chosen", "–", "knocked out"]
+    assert ui.arrow_spec(spec)["datasets"]["experts"] == sent["datasets"]["experts"] and len(calls) == 1
+    df["expert2"] = 0                                         # a frame changed after it was drawn: converted again
+    assert ui.arrow_spec(spec)["datasets"]["experts"] != sent["datasets"]["experts"] and len(calls) == 2
+    key = id(df)
+    del spec, df
+    gc.collect()
+    assert key not in ui._ARROW                                # the memo goes with the frame
+    assert ui.arrow_spec({"mark": "bar"}) == {"mark": "bar"}   # no datasets: nothing to do
+
+
+def test_a_chart_drawn_from_arrow_bytes_is_the_chart_drawn_from_its_frames():
+    from streamlit.testing.v1 import AppTest
+
+    def page():
+        import pandas as pd
+        import streamlit as st
+
+        from app import ui
+        df = pd.DataFrame({"x": [1, 2, 3], "y": [0.5, 0.25, 0.125]})
+        spec = {"mark": "point", "encoding": {"x": {"field": "x", "type": "quantitative"}},
+                "data": {"name": "d"}, "datasets": {"d": df}}
+        st.vega_lite_chart(spec, key="frames")
+        st.vega_lite_chart(ui.arrow_spec(spec), key="bytes")
+
+    at = AppTest.from_function(page).run()
+    assert not at.exception
+    a, b = (c.proto for c in at.get("vega_lite_chart"))
+    assert a.spec == b.spec and [d.name for d in a.datasets] == [d.name for d in b.datasets] == ["d"]
+    assert a.datasets[0].data.data == b.datasets[0].data.data
