@@ -265,7 +265,7 @@ def test_fingerprint_image_encodes_probability_and_choice_per_pixel():
     mask = np.zeros_like(probs, bool)
     mask[np.arange(92), rng.integers(0, 896, 92)] = True
     url = fingerprint_image(probs, mask)
-    img = np.asarray(Image.open(io.BytesIO(base64.b64decode(url.split(",", 1)[1]))))
+    img = np.asarray(Image.open(io.BytesIO(base64.b64decode(url.split(",", 1)[1]))).convert("RGBA"))  # as drawn
     assert img.shape == (92, 896, 4)                                # one pixel per layer and expert
     plain = ~mask
     assert np.abs(img[..., 3][plain].astype(float) - probs[plain] * 0.9 * 255).max() <= 0.5 + 1e-6
@@ -276,7 +276,7 @@ def test_fingerprint_image_encodes_probability_and_choice_per_pixel():
     s = fingerprint_spec(list(range(1, 93)), probs, mask)
     chosen = s["datasets"]["chosen"]
     assert len(chosen) == 92 and set(zip(chosen["layer"] - 1, chosen["expert"])) == set(zip(*np.nonzero(mask)))
-    assert np.allclose(chosen["prob"], probs[mask.nonzero()])
+    assert np.allclose(chosen["prob"], probs[mask.nonzero()], rtol=1e-6)
     table = fingerprint_table(list(range(1, 93)), probs, mask)
     assert len(table) == 92 * 896 and table["chosen"].sum() == 92
     assert table.loc[(table["layer"] == 6) & (table["expert"] == 7), "router probability"].item() == 1.0
