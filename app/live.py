@@ -185,7 +185,8 @@ def _forward(ids: tuple[int, ...], options: RunOptions) -> K3Output:
         return model(torch.tensor([ids]), options=options, max_tokens=MAX_TOKENS)
 
 
-@st.cache_resource(max_entries=8, show_spinner=False)   # ~40 MB each at 128 tokens
+# ~40 MB each at 128 tokens; the spinner shows only while a re-run is computed, not for one already cached
+@st.cache_resource(max_entries=8, show_spinner="Re-running the later layers with the new routing…")
 def _resume(ids: tuple[int, ...], from_layer: int, options: RunOptions) -> K3Output:
     base, model = forward(ids), live().model              # cached: fetched before taking the lock
     with computing():

@@ -10,6 +10,7 @@ Building it at start-up would cost ~5 s of document collection, so the sample sh
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import math
 import threading
@@ -499,4 +500,20 @@ def heldout() -> HeldOut:
     # once per process: ~1,000 tokens through 93 layers, ~5 s on this machine's one thread per computation, in
     # two forwards that each let a computation that is under way or waiting go first (the server's warm-up
     # runs this unasked, beside the visitors' pages: two intra-op threads here made both slower)
-    return heldout_summary(lv.model, ids, batch=4, guard=computing_politely)
+    held = heldout_summary(lv.model, ids, batch=4, guard=computing_politely)
+    _SOON["ready"] = True
+    return held
+
+
+def heldout_ready() -> bool:
+    """Whether heldout() has been computed in this process (a page then needs no spinner for it)."""
+    return _SOON.get("ready", False)
+
+
+@functools.lru_cache(maxsize=512)
+def heldout_table(layer: int, expert: int) -> str:
+    """The expert panel's held-out table (expert_on_heldout) as the Markdown ui.table draws, written once per
+    process for each (layer, expert) it is asked for (~1 KB each)."""
+    from app import ui
+    from app.live import live
+    return ui.table_markdown(expert_on_heldout(heldout(), layer, expert, live().tokenizer.pieces), TABLE_FORMATS)

@@ -66,9 +66,9 @@ def _text(page, pattern: str) -> str:
 
 
 def test_the_explorer_and_its_layer_view_stay_in_step(server, page):
-    """The explorer is two fragments (the layer view reruns alone on a layer key): with a re-routing, what it
-    changed and the sparsity follow the layer; a knock-out from the layer view's panel reaches the explorer's
-    list and the link."""
+    """The layer view is a fragment of its own (it reruns alone on a layer key): with a re-routing, what it
+    changed and the sparsity (the results') follow the layer; a knock-out from the layer view's panel reaches the
+    explorer's list and the link."""
     page.goto(server)
     settle(page)
     page.goto(server + "routing?layer=30&k=8")
@@ -105,5 +105,40 @@ def test_the_explorer_and_its_layer_view_stay_in_step(server, page):
     assert box.input_value() == str(expert)
     assert "Per layer from 32 on" in _text(page, r"Per layer from \d+ on")
     assert page.get_by_role("button", name=f"Restore {expert}").is_enabled()
+    assert page.locator('[data-testid="stException"]').count() == 0
+    assert not page.js_errors, page.js_errors
+
+
+def test_a_top_k_key_sends_the_results_only(server, page):
+    """A top-k key reruns the results fragment: on the wire, its widgets come again and the 64 token chips and
+    the panel's other controls do not (each widget's id carries its key). A chip reruns the results too."""
+    frames: list[bytes] = []
+
+    def watch(ws):
+        ws.on("framereceived", lambda payload: frames.append(payload if isinstance(payload, bytes)
+                                                              else payload.encode()))
+    page.on("websocket", watch)
+    page.goto(server)
+    settle(page)
+    page.goto(server + "routing?layer=20")
+    page.wait_for_selector("text=Layer 20: the experts of", timeout=180_000)
+    settle(page)
+    def sent(key: str) -> bool:                             # the key whole (routing_k is not routing_ko)
+        pattern = re.compile(re.escape(key.encode()) + rb"(?![A-Za-z0-9_])")
+        return any(pattern.search(f) for f in frames)
+    assert all(sent(k) for k in ("routing_token", "routing_dense", "routing_ko", "routing_k"))  # the page's run
+    for press, k in (("ArrowRight", "17"), ("ArrowLeft", None)):
+        frames.clear()
+        page.get_by_role("slider", name=re.compile("top-k")).press(press)
+        page.wait_for_function(f"() => new URL(location.href).searchParams.get('k') === {k!r}".replace("None", "null"),
+                               timeout=120_000)
+        settle(page)
+        assert sent("routing_k") and sent("routing_grid") and sent("routing_layer")
+        assert not [k for k in ("routing_token", "routing_dense", "routing_ko", "routing_force") if sent(k)], press
+    frames.clear()
+    page.locator(".st-key-routing_token button").filter(has_text=re.compile(r"\S")).nth(2).click()
+    page.wait_for_function("() => new URL(location.href).searchParams.get('token') === '2'", timeout=120_000)
+    settle(page)
+    assert sent("routing_grid") and not sent("routing_token") and not sent("routing_dense")
     assert page.locator('[data-testid="stException"]').count() == 0
     assert not page.js_errors, page.js_errors

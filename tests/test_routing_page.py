@@ -174,3 +174,26 @@ def test_expert_panel_follows_the_token_until_an_expert_is_picked():
     at.slider(key="routing_layer").set_value(48).run()                        # a picked expert stays in the panel
     ok(at)
     assert at.number_input(key="routing_expert").value == picked and at.query_params["expert"] == str(picked)
+
+
+def test_a_token_chip_redraws_the_results_alone():
+    """A token chip reruns the results fragment by its key (token_moved), so the 64 chips and the panel's list
+    controls are not sent again; AppTest then holds only what that run drew. Dense reruns the explorer.
+    (A top-k key reruns the results as its own fragment, which AppTest runs whole: tests/test_routing_browser.py
+    checks that one on the wire.)"""
+    at = open_page()
+
+    def drawn(at):
+        return {w.key for kind in ("pills", "toggle", "slider", "text_input", "radio") for w in at.get(kind)}
+    assert {"routing_token", "routing_dense", "routing_ko", "routing_force", "routing_k", "routing_bias",
+            "routing_scope", "routing_layer"} <= drawn(at)
+    before = outlined(at)
+    at.pills(key="routing_token").set_value(3).run()
+    ok(at)
+    assert drawn(at) & {"routing_token", "routing_dense", "routing_ko", "routing_force"} == set()
+    assert {"routing_k", "routing_bias", "routing_scope", "routing_layer"} <= drawn(at)
+    assert len(outlined(at)) == 16 and outlined(at) != before                 # the fourth token's experts
+    at.run()                                                                  # the whole page again
+    at.toggle(key="routing_dense").set_value(True).run()
+    ok(at)
+    assert {"routing_token", "routing_dense", "routing_k"} <= drawn(at) and at.slider(key="routing_k").disabled

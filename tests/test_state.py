@@ -90,6 +90,11 @@ def test_routing_view_survives_own_text_and_reopens_from_its_link():
     knocked = params(at)["ko"]
     assert at.text_input(key="routing_ko").value == knocked
     at.pills(key="routing_token").set_value(2).run()
+    # a chip reruns only the results fragment (by its key), and AppTest then holds only what that run drew:
+    # a plain run shows the whole page again, the explorer's controls included
+    assert at.slider(key="routing_k").value == 4 and params(at)["token"] == "2"
+    at.run()
+    assert at.pills(key="routing_token").value == 2
     at.toggle(key="routing_dense").set_value(True).run()
     link = params(at)
     assert link["token"] == "2" and link["dense"] == "on"

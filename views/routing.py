@@ -1,11 +1,16 @@
 """Routing explorer: which 16 of the 896 experts each token uses, layer by layer, and what happens
 when the routing is changed. Every value comes from the live model's trace.
 
-The prompt is drawn by a full run; everything below it is the explorer fragment (the token, the re-routing,
-the sparsity, what the re-routing changed, the fingerprint), which holds the layer view fragment (the
-layer's controls, grid, linked view and expert panel): a token or a re-routing reruns the explorer, a layer
-key or an expert click only the layer view (and the explorer too when a re-routing starts at the layer)."""
+The prompt is drawn by a full run; everything below it is three fragments, one inside the other: the explorer
+(the token chips and the re-routing controls that change what the panel shows: dense, the knock-out and force
+lists, reset) holds the results (top-k, the bias, the scope, and everything that follows the token and the
+re-routing: the sparsity, what the re-routing changed, the fingerprint), which hold the layer view (the
+layer's controls, grid, linked view and expert panel). A top-k key, the bias or the scope reruns the results,
+a token chip too (by a keyed rerun), a layer key or an expert click only the layer view (and the results when a
+re-routing starts at the layer); dense, the lists and reset rerun the explorer."""
 import time
+from dataclasses import dataclass
+from typing import Any
 
 import streamlit as st
 
@@ -50,12 +55,14 @@ if prompt is None:
 
 
 # ---- callbacks: what a button does to the view ------------------------------------------------------------
-# The explorer is two fragments: EXPLORER (the token, the re-routing panel, the sparsity, what the re-routing
-# changed, the fingerprint) holds LAYER_VIEW (the layer's controls, grid, linked view and expert panel), so a
-# layer key reruns only the layer view. A callback that changes what the explorer shows reruns the explorer (a keyed
-# rerun costs the browser one more round trip, so the layer's own controls live in the layer view).
-EXPLORER, LAYER_VIEW = "routing_explorer", "routing_layer_view"
-_OUTER_RUN = "_routing_explorer_running"       # set while the explorer draws (the layer view then defers its end)
+# Three fragments, each inside the one before: EXPLORER (the token chips; dense, the knock-out and force lists,
+# reset: what changes the re-routing panel itself) holds RESULTS (top-k, the bias, the scope, and all that follows
+# the token and the re-routing), which holds LAYER_VIEW (the layer's controls, grid, linked view and expert panel).
+# A control reruns the smallest of them that holds everything it changes: a top-k key redraws neither the 64
+# token chips nor the panel's other controls (same-run A/B: ~60-70 ms of the browser's ~430 ms per key). A
+# callback that changes what an outer fragment shows reruns that one by its key (a keyed rerun costs one more,
+# empty run first, ~15-25 ms, so a fragment's own controls live in it).
+EXPLORER, RESULTS, LAYER_VIEW = "routing_explorer", "routing_results", "routing_layer_view"
 
 
 def current_settings() -> tuple[rt.Rerouting, list[str]]:
@@ -69,10 +76,15 @@ def rerouted_now() -> bool:
 
 
 def layer_moved() -> None:
-    """A re-routing starts at the viewed layer, so what it changed (drawn by the explorer, with the sparsity)
-    moves with the layer: rerun the explorer. Without one, the layer view reruns alone (its own widgets)."""
+    """A re-routing starts at the viewed layer, so what it changed (drawn by the results, with the sparsity)
+    moves with the layer: rerun the results. Without one, the layer view reruns alone (its own widgets)."""
     if rerouted_now():
-        st.rerun(EXPLORER)
+        st.rerun(RESULTS)
+
+
+def token_moved() -> None:
+    """Everything that follows the token is in the results; the chips themselves are already drawn."""
+    st.rerun(RESULTS)
 
 
 def step_layer(delta: int) -> None:
@@ -123,59 +135,83 @@ def layer_run(prompt, layer: int, settings: rt.Rerouting):
     plan = settings.plan(layer, cfg)
     if plan is None:
         return None, base, base
-    with st.spinner(f"Re-running layers {plan[0]}–{LAST} with the new routing…"):
-        return plan, base, rt.rerouted(prompt.ids, layer, settings)
+    return plan, base, rt.rerouted(prompt.ids, layer, settings)     # its spinner, while it computes: app.live
 
 
 @st.fragment(key=EXPLORER)
 def explorer(prompt) -> None:
-    """The token and the re-routing, and what follows both: the sparsity, what the re-routing changed, the
-    fingerprint; the layer view inside it."""
+    """The token chips and the re-routing panel's list controls, and the results inside (everything that follows
+    the token and the re-routing)."""
     T = len(prompt.ids)
     chips = rt.chip_labels(prompt.pieces)
-    token = ui.token_index(view, prompt.ids, st.pills, "Token: click one to follow it through the layers",
-                           list(range(T)), format_func=chips.__getitem__,
-                           help=ui.TOKEN_HELP)
-    piece = prompt.pieces[token]
-    layer = view["layer"]
+    ui.token_index(view, prompt.ids, st.pills, "Token: click one to follow it through the layers", list(range(T)),
+                   format_func=chips.__getitem__, help=ui.TOKEN_HELP, on_change=token_moved)
     nav = st.container()                                  # the layer's controls (the layer view's)
     left, right = st.columns([7, 4], gap="medium")
-    with right, st.container(border=True):
-        st.markdown("**Re-route the model**")
-        dense = view.draw(st.toggle, "dense", "Dense: light every expert",
-                          help="what a dense model of the same total size would compute: top-k = 896")
-        view.draw(st.slider, "k", "Experts per token (top-k)", 1, rt.MAX_TOP_K, disabled=dense)
+    with right:
+        with st.container(border=True):
+            st.markdown("**Re-route the model**")
+            view.draw(st.toggle, "dense", "Dense: light every expert",
+                      help="what a dense model of the same total size would compute: top-k = 896")
+            routing_top = st.container()                      # top-k and the bias (the results')
+            view.draw_ids("ko", f"Knock out experts (ids 0–{E - 1})", placeholder="e.g. 12, 40; or click a square "
+                          "and use the panel below", help="ids separated by commas or spaces; Enter applies")
+            view.draw_ids("force", f"Force experts: always chosen (ids 0–{E - 1})", placeholder="e.g. 7",
+                          help="ids separated by commas or spaces; Enter applies. With more of them than top-k, the "
+                               "first ones are kept")
+            routing_scope = st.container()                    # the scope (the results')
+            if not st.session_state.get(ui.K_PRESENT):          # it explains the controls, which presenter mode hides
+                st.caption("The change applies to every token of the prompt. Layers before the one you view keep "
+                           "their routing, so the model re-runs only from this layer on (from layer 1 when you view "
+                           "layer 0). \"This layer only\" shows the knock-on effect: later layers route differently "
+                           "because their input changed.")
+            st.button("Reset routing", key="routing_reset", on_click=reset_routing, icon=":material/restart_alt:")
+            said = st.container()                             # the settings in words, and notes (the results')
+        sparsity = st.container()
+    boxes = Boxes(nav, left, routing_top, routing_scope, said, sparsity, *(st.container() for _ in range(4)))
+    results(prompt, boxes)
+
+
+@dataclass(frozen=True)
+class Boxes:
+    """The explorer's containers that the results and the layer view draw into."""
+    nav: Any
+    left: Any
+    routing_top: Any
+    routing_scope: Any
+    said: Any
+    sparsity: Any
+    shares: Any
+    outcome: Any
+    below: Any
+    fingerprint: Any
+
+
+@st.fragment(key=RESULTS)
+def results(prompt, boxes: Boxes) -> None:
+    """Top-k, the bias and the scope, and everything that follows the token and the re-routing: the layer view,
+    the sparsity, what the re-routing changed, the fingerprint. The token and the settings are read from the
+    view, since a token chip reruns this alone (its arguments are those of the explorer's last run)."""
+    token = view["token"]
+    piece = prompt.pieces[token]
+    layer = view["layer"]
+    with boxes.routing_top:
+        view.draw(st.slider, "k", "Experts per token (top-k)", 1, rt.MAX_TOP_K, disabled=view["dense"])
         view.draw(st.toggle, "bias", "Balancing bias (selection only)",
                   help="Quantile Balancing's bias is added to the scores to pick experts; the output "
                        "weights always use the raw scores")
-        view.draw_ids("ko", f"Knock out experts (ids 0–{E - 1})", placeholder="e.g. 12, 40; or click a square "
-                      "and use the panel below", help="ids separated by commas or spaces; Enter applies")
-        view.draw_ids("force", f"Force experts: always chosen (ids 0–{E - 1})", placeholder="e.g. 7",
-                      help="ids separated by commas or spaces; Enter applies. With more of them than top-k, the "
-                           "first ones are kept")
+    with boxes.routing_scope:
         scope = view.draw(st.radio, "scope", "Apply the change at", list(rt.SCOPES), format_func=rt.SCOPES.get,
                           horizontal=True)
-        if not st.session_state.get(ui.K_PRESENT):          # it explains the controls, which presenter mode hides
-            st.caption("The change applies to every token of the prompt. Layers before the one you view keep their "
-                       "routing, so the model re-runs only from this layer on (from layer 1 when you view layer 0). "
-                       "\"This layer only\" shows the knock-on effect: later layers route differently because "
-                       "their input changed.")
-        st.button("Reset routing", key="routing_reset", on_click=reset_routing, icon=":material/restart_alt:")
-        settings, notes = current_settings()
+    settings, notes = current_settings()
+    with boxes.said:
         if st.session_state.get(ui.K_PRESENT):            # the controls are hidden: say what they are set to
             st.markdown("  \n".join(settings.describe(cfg)))        # our words and numbers only
         for n in notes:
             st.warning(n, icon=":material/rule:")
-    shares, outcome, below, fingerprint = (st.container() for _ in range(4))
-
-    st.session_state[_OUTER_RUN] = True
-    try:
-        finish = layer_view(prompt, token, settings, nav, left, below)
-    finally:
-        st.session_state.pop(_OUTER_RUN, None)
 
     sp = rt.sparsity(settings, layer, cfg)
-    with right:
+    with boxes.sparsity:
         st.markdown("**Sparsity with these settings** (computed by the parameter accounting)")
         st.metric("Experts per token", f"{sp['k']} of {E}", help="routed experts a token visits in one layer")
         st.caption(f"{sp['routed_share']:.1%} of the routed experts: sparsity {sp['sparsity']:.1f}x")
@@ -193,13 +229,13 @@ def explorer(prompt) -> None:
                    f"top-16: 104.2B of 2.78T, K3 report Table 1). Live instance: {fmt_params(sp['live_active'])} of "
                    f"{fmt_params(sp['live_total'])} ({sp['live_active'] / sp['live_total']:.1%}); k = {sp['k']} in "
                    f"{sp['layers']} re-routed layer{'' if sp['layers'] == 1 else 's'}.")
-    shares.caption(f"Three shares, three questions: {sp['routed_share']:.1%} of the routed experts of one layer "
-                   f"({sp['k']} of {E}); {sp['expert_share_full']:.1%} of one K3 layer's expert weights (routed and "
-                   f"shared together); {sp['full_active'] / sp['full_total']:.1%} of all K3's parameters (attention, "
-                   "shared experts and the head always run; the embedding is a lookup).")
+    boxes.shares.caption(f"Three shares, three questions: {sp['routed_share']:.1%} of the routed experts of one "
+                         f"layer ({sp['k']} of {E}); {sp['expert_share_full']:.1%} of one K3 layer's expert weights "
+                         f"(routed and shared together); {sp['full_active'] / sp['full_total']:.1%} of all K3's "
+                         "parameters (attention, shared experts and the head always run; the embedding is a lookup).")
 
     plan, base, run = layer_run(prompt, layer, settings)
-    with outcome:
+    with boxes.outcome:
         st.subheader("What the re-routing changed")
         c_changed, c_pred = st.columns(2, gap="medium")
         with c_changed:                    # always the chart (kept in the browser), empty until something changes
@@ -237,7 +273,7 @@ def explorer(prompt) -> None:
                           alt="Two bar charts of the top-5 next-token probabilities before and after re-routing.",
                           key="routing_predictions")
 
-    with fingerprint:
+    with boxes.fingerprint:
         st.subheader(f"The routing fingerprint of “{rt.chip_label(piece)}”")
         # the spec only (its image is ~0.2 MB); the CSV's numbers are read again from the run if asked for
         spec = derived(run, ("fingerprint", token), lambda: fingerprint_spec(*rt.fingerprint(run, token)))
@@ -248,16 +284,16 @@ def explorer(prompt) -> None:
                       "layer: each layer has its own router and its own experts.",
                       alt="Heatmap of router probability over layers and experts for the chosen token, chosen experts marked.",
                       key="routing_fingerprint", table=lambda: fingerprint_table(*rt.fingerprint(run, token)))
-    if finish is not None:
-        finish()
+    # last, into the containers above: its own slowest part, the held-out table, ends it
+    layer_view(prompt, token, settings, boxes.nav, boxes.left, boxes.below)
 
 
 @st.fragment(key=LAYER_VIEW)
 def layer_view(prompt, token: int, settings: rt.Rerouting, nav, left, below):
     """What follows the layer (and the expert in the panel): the layer's controls, its grid, the linked view
     and the expert panel, drawn into the explorer's containers with the token and the re-routing the
-    explorer passed. Its slowest part (the held-out table) comes last: returned to the explorer while the explorer
-    draws (so its charts are not kept waiting), drawn here when a layer key reruns this alone."""
+    results passed. The results draw it last, and its own slowest part (the held-out table) comes last in it, so
+    that on a fresh server the charts are not kept waiting for the held-out routing."""
     T = len(prompt.ids)
     piece = prompt.pieces[token]
     with nav:
@@ -318,8 +354,7 @@ def layer_view(prompt, token: int, settings: rt.Rerouting, nav, left, below):
                 pairs = rt.layer_pairs(run, layer, prompt.pieces)
                 return linked_figure(pairs, rt.expert_loads(pairs, E), prompt.pieces)
             spec = derived(run, ("linked", layer), linked)
-            st.vega_lite_chart(spec, width="content",
-                               key="routing_linked")
+            st.vega_lite_chart(ui.arrow_spec(spec), width="content", key="routing_linked")
             st.caption("Point at a square: the tokens of your prompt that chose that expert light up; point at a "
                        "token: its experts are outlined. Your browser answers this alone, without asking the server, "
                        "so it is instant. Colour: how many of the prompt's tokens chose each expert here (with your "
@@ -348,7 +383,8 @@ def layer_view(prompt, token: int, settings: rt.Rerouting, nav, left, below):
             t1, t2 = st.columns(2, gap="medium")
             with t1:
                 st.markdown("**Tokens of the prompt that score it highest**")
-                ui.table(rt.expert_on_prompt(run, layer, expert, list(prompt.pieces)), rt.TABLE_FORMATS)
+                st.markdown(derived(run, ("prompt_table", layer, expert), lambda: ui.table_markdown(
+                    rt.expert_on_prompt(run, layer, expert, list(prompt.pieces)), rt.TABLE_FORMATS)))
             held_slot = t2.empty()
             held_slot.caption("Routing the held-out sample…")
             st.caption("Held-out text: a 3 KB sample of the validation split (Python docstrings, a manual page, source "
@@ -359,28 +395,25 @@ def layer_view(prompt, token: int, settings: rt.Rerouting, nav, left, below):
     if layer > 0 and not view["play"] and plan is None:
         rt.prefetch_neighbours(prompt.ids, layer, settings, expert)
 
-    def finish() -> None:
-        if held_slot is not None:
-            with held_slot.container():
+    if held_slot is not None:                       # last: it waits for the held-out routing on a fresh server
+        with held_slot.container():
+            if rt.heldout_ready():
+                held = rt.heldout()
+            else:
                 with st.spinner("Routing the held-out sample once (about 1,000 tokens, a few seconds)…"):
                     held = rt.heldout()
-                i = held.layers.index(layer)
-                st.markdown(f"**Held-out text that scores it highest** (chosen by {held.chosen_count[i, expert]} of "
-                            f"{len(held.ids)} tokens here)")
-                ui.table(rt.expert_on_heldout(held, layer, expert, lv.tokenizer.pieces), rt.TABLE_FORMATS)
-        if view["play"]:
-            time.sleep(1.0)
-            if layer < LAST:
-                view.set("layer", layer + 1)
-            else:
-                view.set("play", False)
-            # with a re-routing, what it changed (the explorer's) follows the layer too
-            st.rerun(scope="app" if plan is not None else "fragment")
-
-    if st.session_state.get(_OUTER_RUN):
-        return finish
-    finish()
-    return None
+            i = held.layers.index(layer)
+            st.markdown(f"**Held-out text that scores it highest** (chosen by {held.chosen_count[i, expert]} of "
+                        f"{len(held.ids)} tokens here)")
+            st.markdown(rt.heldout_table(layer, expert))
+    if view["play"]:
+        time.sleep(1.0)
+        if layer < LAST:
+            view.set("layer", layer + 1)
+        else:
+            view.set("play", False)
+        # with a re-routing, what it changed (the results') follows the layer too
+        st.rerun(scope="app" if plan is not None else "fragment")
 
 
 with st.spinner("Running the live model on the prompt (93 layers)…"):
