@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from app import theme
+from app.charts.vega import usermeta
 
 GREY = theme.OKABE_ITO["grey"]
 WIDTH = "container"  # single views fill the step row's left column (about 480 px at a 1,400-px window)
@@ -362,5 +363,7 @@ FIGURES = {
 
 
 def step_figure(key: str, data: dict, pieces=None) -> dict:
-    return FIGURES[key](data, pieces)
+    """A step's figure, drawn on a canvas: as SVG its heat maps were thousands of DOM nodes (~2,900 on the default
+    view), which the browser built on every load of the page."""
+    return FIGURES[key](data, pieces) | {"usermeta": usermeta(f"layer_{key}")}
 
