@@ -267,21 +267,38 @@ def test_fingerprint_image_encodes_probability_and_choice_per_pixel():
     url = fingerprint_image(probs, mask)
     img = np.asarray(Image.open(io.BytesIO(base64.b64decode(url.split(",", 1)[1]))).convert("RGBA"))  # as drawn
     assert img.shape == (92, 896, 4)                                # one pixel per layer and expert
-    plain = ~mask
+    near = mask.copy()                                              # a chosen expert is drawn 3 columns wide
+    near[:, 1:] |= mask[:, :-1]
+    near[:, :-1] |= mask[:, 1:]
+    plain = ~near
     assert np.abs(img[..., 3][plain].astype(float) - probs[plain] * 0.9 * 255).max() <= 0.5 + 1e-6
     assert (img[..., :3][plain] == 128).all()
-    if not mask[5, 7]:
+    if not near[5, 7]:
         assert img[5, 7, 3] == round(0.9 * 255)
-    assert (img[mask] == (0xD5, 0x5E, 0x00, 255)).all()             # Okabe-Ito vermillion, opaque
+    assert (img[near] == (0xD5, 0x5E, 0x00, 255)).all()             # Okabe-Ito vermillion, opaque
     s = fingerprint_spec(list(range(1, 93)), probs, mask)
-    chosen = s["datasets"]["chosen"]
-    assert len(chosen) == 92 and set(zip(chosen["layer"] - 1, chosen["expert"])) == set(zip(*np.nonzero(mask)))
-    assert np.allclose(chosen["prob"], probs[mask.nonzero()], rtol=1e-6)
+    rows = s["datasets"]["rows"]                                    # one band per layer, to point at
+    assert list(rows["layer"]) == list(range(1, 93)) and (rows["chosen"] == 1).all()
+    for layer, experts, chances in zip(rows["layer"], rows["experts"], rows["probs"]):
+        (e,) = np.flatnonzero(mask[layer - 1])
+        assert experts == str(e) and chances == f"{probs[layer - 1, e]:.3f}"
     table = fingerprint_table(list(range(1, 93)), probs, mask)
     assert len(table) == 92 * 896 and table["chosen"].sum() == 92
     assert table.loc[(table["layer"] == 6) & (table["expert"] == 7), "router probability"].item() == 1.0
     other = fingerprint_spec(list(range(1, 93)), probs[::-1], mask[::-1])
     assert spec_without_data(s) == spec_without_data(other)
+
+
+def test_fingerprint_bands_list_each_layers_experts_most_probable_first():
+    probs = np.tile(np.linspace(0, 1, 896), (3, 1))          # expert e has probability e / 895 in every layer
+    mask = np.zeros_like(probs, bool)
+    mask[0, [3, 800, 40]] = True                              # three chosen: listed 800, 40, 3
+    mask[1] = True                                            # dense: all 896, the first 16 named
+    rows = fingerprint_spec([1, 2, 3], probs, mask)["datasets"]["rows"]
+    assert list(rows["chosen"]) == [3, 896, 0]
+    assert rows["experts"][0] == "800, 40, 3" and rows["probs"][0] == f"{800 / 895:.3f} – {3 / 895:.3f}"
+    assert rows["experts"][1].startswith("895, 894, 893") and rows["experts"][1].endswith("and 880 more (all in the CSV)")
+    assert rows["experts"][2] == "" and rows["probs"][2] == "–"
 
 
 def test_expert_tables(micro):

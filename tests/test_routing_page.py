@@ -60,7 +60,8 @@ def test_grid_outlines_k_experts_and_top_k_changes_k():
     assert len(outlined(at)) == 16
     assert at.slider(key="routing_layer").value == 46
     finger = chart(at, "routing_fingerprint")
-    assert len(finger["chosen"]) == 92 * 16 and finger["image"]["url"][0].startswith("data:image/png;base64,")
+    assert (finger["rows"]["chosen"] == 16).all() and len(finger["rows"]) == 92
+    assert finger["image"]["url"][0].startswith("data:image/png;base64,")
     pred = chart(at, "routing_predictions")["predictions"]
     assert len(pred) == 10 and (pred.groupby("panel")["prob"].sum() <= 1).all()
     at.slider(key="routing_k").set_value(5).run()

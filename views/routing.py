@@ -280,8 +280,9 @@ def results(prompt, boxes: Boxes) -> None:
         ui.vega_chart(spec,
                       f"Each row is one of the {len(cfg.moe_layers)} mixture-of-experts layers, each column one of the {E} "
                       "experts; grey is the router's probability, the coloured cells are the experts the token used "
-                      "(your re-routing included): point at one for its numbers. The pattern changes from layer to "
-                      "layer: each layer has its own router and its own experts.",
+                      "(your re-routing included): point at a row for that layer's chosen experts, most probable "
+                      "first (every cell's number is in the CSV). The pattern changes from layer to layer: each "
+                      "layer has its own router and its own experts.",
                       alt="Heatmap of router probability over layers and experts for the chosen token, chosen experts marked.",
                       key="routing_fingerprint", table=lambda: fingerprint_table(*rt.fingerprint(run, token)))
     # last, into the containers above: its own slowest part, the held-out table, ends it
