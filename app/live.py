@@ -14,6 +14,7 @@ activation), which is also the cache key; they are never module state.
 """
 from __future__ import annotations
 
+import atexit
 import gc
 import os
 import threading
@@ -245,10 +246,27 @@ class Prefetcher:
         self._handed: dict[tuple, None] = {}              # an ordered set: oldest first
         self._cond = threading.Condition()
         self._thread: threading.Thread | None = None
+        self._stopping = False
         self.enabled = os.environ.get("K3_PREFETCH", "1") != "0"
 
-    def want(self, jobs: list[tuple[tuple, K3Output, K3Model]]) -> None:
-        """Replace the wish list: (key, base forward, model) per re-run, key = (ids, from_layer, options)."""
+    def stop(self, timeout: float = 10.0) -> None:
+        """Drop the wishes and wait for the job under way (at exit: a thread left inside torch while the
+        interpreter finalises aborts the process)."""
+        with self._cond:
+            self._wanted = []
+            self._stopping = True
+            self._cond.notify_all()
+            thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout)
+        with self._cond:
+            self._stopping = False
+
+    def want(self, jobs: list[tuple]) -> None:
+        """Replace the wish list: (key, base forward, model[, then]) per re-run, key = (ids, from_layer, options);
+        `then(run)`, if given, is called with the computed run afterwards, outside the model's lock (the page
+        builds what it will show from that run: app.live.derived keeps it beside the run). A job whose key is
+        None computes nothing on the model: it is then(base), when the server is idle."""
         if not self.enabled:
             return
         with self._cond:
@@ -276,8 +294,10 @@ class Prefetcher:
         with self._cond:
             while True:
                 while not self._wanted:
-                    if not self._cond.wait(timeout=60):
-                        return None                                  # nothing asked for a minute: stop
+                    if self._stopping or not self._cond.wait(timeout=60):
+                        return None                                  # stopped, or nothing asked for a minute
+                if self._stopping:
+                    return None
                 quiet = time.monotonic() - _BUSY["until"]
                 if _BUSY["active"] == 0 and quiet >= IDLE_S:
                     return self._wanted.pop(0)
@@ -285,11 +305,19 @@ class Prefetcher:
 
     def _work(self) -> None:
         while (job := self._next_job()) is not None:
-            key, base, model = job
+            key, base, model = job[:3]
+            then = job[3] if len(job) > 3 else None
+            if key is None:                                          # nothing to compute on the model: then(base)
+                try:
+                    then(base)
+                except Exception:                                    # a wish is only a wish
+                    pass
+                continue
             if not _LOCK.acquire(blocking=False):                   # a session got there first
                 with self._cond:
                     self._wanted.insert(0, job)
                 continue
+            out = None
             try:
                 if _BUSY["active"] == 0:
                     with torch.inference_mode():
@@ -305,14 +333,24 @@ class Prefetcher:
                 pass
             finally:
                 _LOCK.release()
+            if out is not None and then is not None and _BUSY["active"] == 0:
+                try:
+                    then(out)
+                except Exception:                                    # nor is what follows it
+                    pass
 
 
 _prefetcher = Prefetcher()
+atexit.register(_prefetcher.stop)
 
 
-def prefetch(ids, runs: list[tuple[int, RunOptions]]) -> None:
-    """Ask for re-runs (from_layer, options) of forward(ids) to be computed while the server is idle; the
-    newest call replaces the wishes of the one before. Returns at once."""
+def prefetch(ids, runs: list[tuple], first=(), last=()) -> None:
+    """Ask for re-runs (from_layer, options[, then]) of forward(ids) to be computed while the server is idle,
+    each followed by `then(run)` when given; `first` and `last`: functions of forward(ids) itself to call then
+    too, before and after the re-runs (a page building what it would show next of the same run). The newest call
+    replaces the wishes of the one before. Returns at once."""
     ids = tuple(int(i) for i in ids)
     base, model = forward(ids), live().model
-    _prefetcher.want([((ids, int(start), options), base, model) for start, options in runs])
+    _prefetcher.want([(None, base, None, f) for f in first]
+                     + [((ids, int(r[0]), r[1]), base, model, *r[2:]) for r in runs]
+                     + [(None, base, None, f) for f in last])

@@ -460,12 +460,21 @@ def rerouted(ids, layer: int, settings: Rerouting) -> K3Output | None:
     return live.resume(ids, start, RunOptions(routing))
 
 
-def prefetch_neighbours(ids, layer: int, settings: Rerouting, expert: int | None = None) -> None:
-    """Ask app.live to compute, while the server is idle, the re-runs of the settings one nudge away."""
+def prefetch_neighbours(ids, layer: int, settings: Rerouting, expert: int | None = None, then=None,
+                        first=(), last=()) -> None:
+    """Ask app.live to compute, while the server is idle, the re-runs of the settings one nudge away; with
+    `then`, each is followed by then(nudged settings, run) (the page building what it would show); `first` and
+    `last`: functions of the base forward to call when idle too, before and after them (app.live.prefetch)."""
     from app import live
     cfg = live.live().model.cfg
-    plans = [p for p in (normalise(n, cfg)[0].plan(layer, cfg) for n in neighbours(settings, expert)) if p is not None]
-    live.prefetch(ids, [(start, RunOptions(routing)) for start, routing in plans])
+    runs = []
+    for n in neighbours(settings, expert):
+        nudged = normalise(n, cfg)[0]
+        plan = nudged.plan(layer, cfg)
+        if plan is not None:
+            follow = (lambda run, nudged=nudged: then(nudged, run)) if then is not None else None
+            runs.append((plan[0], RunOptions(plan[1])) + ((follow,) if follow else ()))
+    live.prefetch(ids, runs, first=first, last=last)
 
 
 _SOON = {"started": False}

@@ -88,6 +88,7 @@ def test_idle_prefetch_computes_the_nudge_ahead_and_resume_hands_it_over():
     try:
         _prefetch_checks(lv, ids, pf)
     finally:
+        pf.stop()                               # no wish of this test's left running into the next ones
         pf.enabled = live.os.environ.get("K3_PREFETCH", "1") != "0"
 
 
@@ -96,12 +97,16 @@ def _prefetch_checks(lv, ids, pf):
     from app import routing as rt
     settings = rt.Rerouting()
     layer = 60
-    rt.prefetch_neighbours(ids, layer, settings, expert=5)
+    built = []                                  # what the page builds of each prefetched run (views/routing.py)
+    rt.prefetch_neighbours(ids, layer, settings, expert=5, then=lambda nudged, run: built.append((nudged, run)))
     keys = [(ids, start, RunOptions(routing)) for start, routing in
             (n.plan(layer, lv.model.cfg) for n in rt.neighbours(settings, 5))]
     assert len(keys) == 4 and keys[0][2].routing == RoutingOverride(top_k=17, use_bias=True)
     assert _wait(lambda: all(pf.ready(k) for k in keys))
     ready = {k: pf._ready[k] for k in keys}
+    assert _wait(lambda: len(built) == 4)       # then(nudged settings, its run), after each
+    assert [n for n, _ in built] == rt.neighbours(settings, 5)
+    assert all(run is ready[k] for (_, run), k in zip(built, keys))
     # what the page asks for next is the prefetched run itself, and it equals a full forward with the routing
     up = rt.rerouted(ids, layer, rt.normalise(rt.Rerouting(top_k=17), lv.model.cfg)[0])
     assert up is ready[keys[0]] and not pf.ready(keys[0])
@@ -164,3 +169,26 @@ def test_derived_values_are_computed_once_per_run_and_go_with_it():
     for i in range(live.DERIVED_PER_RUN + 5):
         live.derived(b, ("many", i), make(i))
     assert len(live._DERIVED[id(b)]) == live.DERIVED_PER_RUN                           # bounded per run
+
+
+def test_the_prefetch_stops_at_exit_between_jobs():
+    """At exit (atexit) the prefetch drops its wishes and waits for the job under way: a thread left inside torch
+    while the interpreter finalises aborted the test process (exit status 134)."""
+    import threading
+    import time
+    started, release = threading.Event(), threading.Event()
+    done = []
+    pf = live.Prefetcher()
+    pf.enabled = True
+
+    def slow(base):
+        started.set()
+        release.wait(5)
+        done.append(base)
+    pf.want([(None, "base", None, slow), (None, "never", None, done.append)])
+    assert started.wait(10)
+    threading.Timer(0.3, release.set).start()
+    t0 = time.monotonic()
+    pf.stop()
+    assert done == ["base"] and time.monotonic() - t0 >= 0.25     # waited for the job under way, ran no other
+    assert not pf._thread.is_alive()

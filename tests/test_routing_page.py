@@ -198,3 +198,35 @@ def test_a_token_chip_redraws_the_results_alone():
     at.toggle(key="routing_dense").set_value(True).run()
     ok(at)
     assert {"routing_token", "routing_dense", "routing_k"} <= drawn(at) and at.slider(key="routing_k").disabled
+
+
+def test_a_nudge_finds_its_charts_built_ahead(monkeypatch):
+    """While the server is idle, the prefetch computes the re-runs one nudge away and the page's charts of each
+    (views/routing.py build_ahead, the page's own calls and keys), and the layer view's charts of the layers
+    either side (layer_ahead): top-k one up, or the next layer, then builds no grid."""
+    import time
+
+    from app import live
+    from app.charts import routing as charts
+    calls = []
+    real = charts.grid_spec
+    monkeypatch.setattr(charts, "grid_spec", lambda *a, **k: calls.append(a[1:]) or real(*a, **k))
+    pf = live._prefetcher
+    pf.enabled = True
+    try:
+        at = open_page(layer="61")
+        deadline = time.time() + 120
+        while len(calls) < 7 and time.time() < deadline:      # the page's grid, layers 62 and 60, the 4 nudges
+            time.sleep(0.2)
+        time.sleep(0.5)
+        assert len(calls) == 7, calls
+        at.slider(key="routing_k").set_value(17).run()
+        ok(at)
+        assert len(outlined(at)) == 17 and len(calls) == 7      # drawn from what was built ahead
+        at.slider(key="routing_k").set_value(16).run()
+        at.slider(key="routing_layer").set_value(62).run()      # the next layer of the model's own routing
+        ok(at)
+        assert any("Layer 62: the experts of" in m.value for m in at.markdown) and len(calls) == 7
+    finally:
+        pf.stop()                               # no wish of this test's left running into the next ones
+        pf.enabled = live.os.environ.get("K3_PREFETCH", "1") != "0"

@@ -138,6 +138,85 @@ def layer_run(prompt, layer: int, settings: rt.Rerouting):
     return plan, base, rt.rerouted(prompt.ids, layer, settings)     # its spinner, while it computes: app.live
 
 
+# ---- what the page builds from a run, kept beside it (live.derived) ---------------------------------------------
+# The page calls these, and so does the idle-time prefetch for the re-runs one nudge away (build_ahead), so that a
+# nudge finds its charts built and their data converted, not only its run computed.
+
+def changed_chart(base, run, token: int, start: int, note: str | None):
+    def make():
+        diff = rt.changed_choices(base, run, token, start)
+        return diff, changed_spec(diff, note)
+    return derived(run, ("changed", token, start, note), make)
+
+
+def predictions_chart(base, run, token: int, theme: str | None, rerouted: bool) -> dict:
+    def make():
+        pieces_of = lv.tokenizer.pieces
+        before, after = rt.top_predictions(base, token, pieces_of), rt.top_predictions(run, token, pieces_of)
+        return predictions_spec(before, after, [rt.chart_label(p) for p in before["piece"]],
+                                [rt.chart_label(p) for p in after["piece"]], theme)
+    return derived(run, ("predictions", token, theme, rerouted), make)
+
+
+def fingerprint_chart(run, token: int) -> dict:
+    # the spec only (its image is ~0.1 MB); the CSV's numbers are read again from the run if asked for
+    return derived(run, ("fingerprint", token), lambda: fingerprint_spec(*rt.fingerprint(run, token)))
+
+
+def layer_grid(run, layer: int, token: int, marks: tuple):
+    return derived(run, ("grid", layer, token, marks), lambda: rt.layer_grid(run, layer, token, *marks))
+
+
+def grid_chart(run, layer: int, token: int, marks: tuple, colour_by: str, expert: int) -> dict:
+    grid = layer_grid(run, layer, token, marks)
+    return derived(run, ("grid_spec", layer, token, marks, colour_by, expert), lambda: grid_spec(grid, colour_by, expert))
+
+
+def linked_chart(run, layer: int, pieces) -> dict:
+    def make():
+        pairs = rt.layer_pairs(run, layer, pieces)
+        return linked_figure(pairs, rt.expert_loads(pairs, E), pieces)
+    return derived(run, ("linked", layer), make)
+
+
+def prompt_table(run, layer: int, expert: int, pieces) -> str:
+    return derived(run, ("prompt_table", layer, expert), lambda: ui.table_markdown(
+        rt.expert_on_prompt(run, layer, expert, list(pieces)), rt.TABLE_FORMATS))
+
+
+def build_ahead(prompt, token: int, layer: int, colour_by: str, picked: int | None, theme: str | None):
+    """then(nudged settings, run) for rt.prefetch_neighbours: build, beside a prefetched re-run, the charts and
+    tables the page would show of it (the same calls and keys as the page), and convert their data frames. Runs
+    on the prefetch thread: everything it needs from the session is captured here."""
+    base = forward(prompt.ids)
+
+    def build(nudged: rt.Rerouting, run) -> None:
+        start = nudged.plan(layer, cfg)[0]
+        ov = nudged.applies_at(layer, layer, cfg)
+        marks = (ov.knocked_out, ov.forced) if ov else ((), ())
+        expert = picked if picked is not None else rt.chosen_at(run, layer, token)[0]
+        specs = [changed_chart(base, run, token, start, None)[1], predictions_chart(base, run, token, theme, True),
+                 fingerprint_chart(run, token), grid_chart(run, layer, token, marks, colour_by, expert),
+                 linked_chart(run, layer, prompt.pieces)]
+        prompt_table(run, layer, expert, prompt.pieces)
+        for spec in specs:
+            ui.arrow_spec(spec)
+    return build
+
+
+def layer_ahead(prompt, token: int, layer: int, colour_by: str, picked: int | None):
+    """then(base) for the prefetch: what the layer view would show at another layer of the model's own routing
+    (the next or the previous one), built ahead like build_ahead's."""
+    def build(base) -> None:
+        expert = picked if picked is not None else rt.chosen_at(base, layer, token)[0]
+        for spec in (grid_chart(base, layer, token, ((), ()), colour_by, expert), linked_chart(base, layer, prompt.pieces)):
+            ui.arrow_spec(spec)
+        prompt_table(base, layer, expert, prompt.pieces)
+        if rt.heldout_ready():
+            rt.heldout_table(layer, expert)
+    return build
+
+
 @st.fragment(key=EXPLORER)
 def explorer(prompt) -> None:
     """The token chips and the re-routing panel's list controls, and the results inside (everything that follows
@@ -250,23 +329,13 @@ def results(prompt, boxes: Boxes) -> None:
             else:
                 note, start = None, plan[0]
 
-            def changed():
-                diff = rt.changed_choices(base, run, token, start)
-                return diff, changed_spec(diff, note)
-            diff, spec = derived(run, ("changed", token, start, note), changed)
+            diff, spec = changed_chart(base, run, token, start, note)
             if plan is not None:
                 caption = rt.changed_caption(diff, plan[0], scope)
             ui.vega_chart(spec, caption,
                           alt="Bar chart of changed expert choices per layer for the chosen token.", key="routing_changed")
         with c_pred:
-            pieces_of = lv.tokenizer.pieces
-            theme = st.context.theme.type
-
-            def predictions():
-                before, after = rt.top_predictions(base, token, pieces_of), rt.top_predictions(run, token, pieces_of)
-                return predictions_spec(before, after, [rt.chart_label(p) for p in before["piece"]],
-                                        [rt.chart_label(p) for p in after["piece"]], theme)
-            ui.vega_chart(derived(run, ("predictions", token, theme, plan is None), predictions),
+            ui.vega_chart(predictions_chart(base, run, token, st.context.theme.type, plan is not None),
                           f"The live model's five most likely next tokens after “{rt.chip_label(piece)}”, with the model's "
                           "own routing (left) and with your re-routing (right"
                           + (")." if plan is not None else ": the same until you change the routing)."),
@@ -276,7 +345,7 @@ def results(prompt, boxes: Boxes) -> None:
     with boxes.fingerprint:
         st.subheader(f"The routing fingerprint of “{rt.chip_label(piece)}”")
         # the spec only (its image is ~0.2 MB); the CSV's numbers are read again from the run if asked for
-        spec = derived(run, ("fingerprint", token), lambda: fingerprint_spec(*rt.fingerprint(run, token)))
+        spec = fingerprint_chart(run, token)
         ui.vega_chart(spec,
                       f"Each row is one of the {len(cfg.moe_layers)} mixture-of-experts layers, each column one of the {E} "
                       "experts; grey is the router's probability, the coloured cells are the experts the token used "
@@ -327,12 +396,11 @@ def layer_view(prompt, token: int, settings: rt.Rerouting, nav, left, below):
                 expert = rt.chosen_at(run, layer, token)[0]
             ov = settings.applies_at(layer, layer, cfg)
             marks = (ov.knocked_out, ov.forced) if ov else ((), ())
-            grid = derived(run, ("grid", layer, token, marks), lambda: rt.layer_grid(run, layer, token, *marks))
+            grid = layer_grid(run, layer, token, marks)
             n_chosen = int(grid["chosen"].sum())
             chosen = sorted(int(e) for e in grid.loc[grid["chosen"], "expert"])
             st.container(key="routing_grid_title").markdown(f"**Layer {layer}: the experts of “{rt.chip_label(piece)}”**")
-            ui.vega_chart(derived(run, ("grid_spec", layer, token, marks, colour_by, expert),
-                                  lambda: grid_spec(grid, colour_by, expert)),
+            ui.vega_chart(grid_chart(run, layer, token, marks, colour_by, expert),
                           f"Each square is one routed expert, 28 per row; each band of 4 rows (112 experts: shard 0 holds "
                           f"experts 0–111, shard 1 112–223, …) is one of the 8 shards an 8-device deployment would hold. The {n_chosen} outlined, glowing squares are "
                           "the experts this token uses here"
@@ -351,10 +419,7 @@ def layer_view(prompt, token: int, settings: rt.Rerouting, nav, left, below):
         if layer > 0:
             st.subheader(f"Which tokens does each expert serve? Layer {layer}, point and see")
 
-            def linked():
-                pairs = rt.layer_pairs(run, layer, prompt.pieces)
-                return linked_figure(pairs, rt.expert_loads(pairs, E), prompt.pieces)
-            spec = derived(run, ("linked", layer), linked)
+            spec = linked_chart(run, layer, prompt.pieces)
             st.vega_lite_chart(ui.arrow_spec(spec), width="content", key="routing_linked")
             st.caption("Point at a square: the tokens of your prompt that chose that expert light up; point at a "
                        "token: its experts are outlined. Your browser answers this alone, without asking the server, "
@@ -384,17 +449,21 @@ def layer_view(prompt, token: int, settings: rt.Rerouting, nav, left, below):
             t1, t2 = st.columns(2, gap="medium")
             with t1:
                 st.markdown("**Tokens of the prompt that score it highest**")
-                st.markdown(derived(run, ("prompt_table", layer, expert), lambda: ui.table_markdown(
-                    rt.expert_on_prompt(run, layer, expert, list(prompt.pieces)), rt.TABLE_FORMATS)))
+                st.markdown(prompt_table(run, layer, expert, prompt.pieces))
             held_slot = t2.empty()
             held_slot.caption("Routing the held-out sample…")
             st.caption("Held-out text: a 3 KB sample of the validation split (Python docstrings, a manual page, source "
                        "code) that the model never trained on, routed with the model's own settings. Tokens that share "
                        "an expert show what it specialises in — often a kind of word piece or a position in code.")
 
-    # from the model's own routing, the first nudge's answer, computed while the server is idle
+    # from the model's own routing, the first nudge's answer, computed while the server is idle, and what the page
+    # would show of it
     if layer > 0 and not view["play"] and plan is None:
-        rt.prefetch_neighbours(prompt.ids, layer, settings, expert)
+        picked, theme = view.get("expert"), st.context.theme.type
+        near = [layer_ahead(prompt, token, n, colour_by, picked) for n in (layer + 1, layer - 1) if 1 <= n <= LAST]
+        rt.prefetch_neighbours(prompt.ids, layer, settings, expert,
+                               then=build_ahead(prompt, token, layer, colour_by, picked, theme),
+                               first=near[:1], last=near[1:])
 
     if held_slot is not None:                       # last: it waits for the held-out routing on a fresh server
         with held_slot.container():
