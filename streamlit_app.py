@@ -40,3 +40,4 @@ finally:                    # also after a page's st.stop()
     if not embedded:
         ui.tour_footer(here)
     warm.start()            # once per process: the other pages' default views, computed in the background
+    warm.model_loaded()     # once the model is loaded: the held-out routing, which the Routing explorer waits for

@@ -54,6 +54,9 @@ class Live:
     note: str                        # why it is random, when it is
 
 
+LOADED = threading.Event()      # set once live() has loaded the model in this process
+
+
 @st.cache_resource(show_spinner="Loading the live tiny K3 (93 layers, 896 experts)…")
 def live() -> Live:
     tok = Tokenizer.load()
@@ -65,6 +68,7 @@ def live() -> Live:
         model = K3Model(K3Config.tiny().with_(vocab_size=tok.vocab_size)).eval().requires_grad_(False)
         lv = Live(model, tok, False, str(e))
     _freeze_long_lived()
+    LOADED.set()
     return lv
 
 
@@ -125,6 +129,28 @@ def _busy(delta: int) -> None:
     with _BUSY_LOCK:
         _BUSY["active"] += delta
         _BUSY["until"] = time.monotonic()
+
+
+_AWAITED = {"n": 0}                     # long jobs in several computations that a page waits for, under way
+
+
+@contextmanager
+def awaited() -> Iterator[None]:
+    """Around a long job of several computations that a page waits for or soon will (the Routing explorer's
+    held-out routing): the idle-time prefetch does not slip its guesses in between them."""
+    with _BUSY_LOCK:
+        _AWAITED["n"] += 1
+    try:
+        yield
+    finally:
+        with _BUSY_LOCK:
+            _AWAITED["n"] -= 1
+            _BUSY["until"] = time.monotonic()
+
+
+def _idle() -> bool:
+    """No computation on the model under way and no awaited job (the prefetch's condition, with IDLE_S)."""
+    return _BUSY["active"] == 0 and _AWAITED["n"] == 0
 
 
 @contextmanager
@@ -299,7 +325,7 @@ class Prefetcher:
                 if self._stopping:
                     return None
                 quiet = time.monotonic() - _BUSY["until"]
-                if _BUSY["active"] == 0 and quiet >= IDLE_S:
+                if _idle() and quiet >= IDLE_S:
                     return self._wanted.pop(0)
                 self._cond.wait(timeout=max(IDLE_S - quiet, 0.05))
 
@@ -319,7 +345,7 @@ class Prefetcher:
                 continue
             out = None
             try:
-                if _BUSY["active"] == 0:
+                if _idle():
                     with torch.inference_mode():
                         out = model.resume(base, key[1], options=key[2])
                     with self._cond:
@@ -333,7 +359,7 @@ class Prefetcher:
                 pass
             finally:
                 _LOCK.release()
-            if out is not None and then is not None and _BUSY["active"] == 0:
+            if out is not None and then is not None and _idle():
                 try:
                     then(out)
                 except Exception:                                    # nor is what follows it

@@ -503,13 +503,15 @@ def _heldout_quietly() -> None:
 
 @st.cache_resource(show_spinner=False)
 def heldout() -> HeldOut:
-    from app.live import computing_politely, live
+    from app.live import awaited, computing_politely, live
     lv = live()
     ids = lv.tokenizer.encode(HELDOUT_PATH.read_text(encoding="utf-8"))
-    # once per process: ~1,000 tokens through 93 layers, ~5 s on this machine's one thread per computation, in
-    # two forwards that each let a computation that is under way or waiting go first (the server's warm-up
-    # runs this unasked, beside the visitors' pages: two intra-op threads here made both slower)
-    held = heldout_summary(lv.model, ids, batch=4, guard=computing_politely)
+    # once per process: ~1,000 tokens through 93 layers, ~2.7 s on this machine's one thread per computation
+    # (~4 s beside a page being drawn), in two forwards that each let a computation that is under way or waiting
+    # go first (the server's warm-up runs this unasked, beside the visitors' pages: two intra-op threads here
+    # made both slower)
+    with awaited():                     # the idle-time prefetch waits: the page that asks for this waits for it
+        held = heldout_summary(lv.model, ids, batch=4, guard=computing_politely)
     _SOON["ready"] = True
     return held
 

@@ -123,6 +123,13 @@ def _prefetch_checks(lv, ids, pf):
         time.sleep(0.5)
         assert not pf.ready(other)
     assert _wait(lambda: pf.ready(other))
+    # nor between the computations of a job that a page waits for (the held-out routing), though the model is free
+    awaited_wish = (ids, 75, RunOptions(RoutingOverride(top_k=10)))
+    with live.awaited():
+        pf.want([(awaited_wish, live.forward(ids), lv.model)])
+        time.sleep(live.IDLE_S + 0.5)
+        assert live.busy()[0] == 0 and not pf.ready(awaited_wish)
+    assert _wait(lambda: pf.ready(awaited_wish))
     # the newest wish list replaces the older one
     late = [(ids, 80, RunOptions(RoutingOverride(top_k=k))) for k in (2, 3)]
     with live.computing():

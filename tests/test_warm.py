@@ -147,6 +147,27 @@ def test_it_starts_once_and_not_when_turned_off(monkeypatch):
     assert started == [1]
 
 
+def test_the_held_out_routing_starts_once_a_page_has_loaded_the_model(monkeypatch):
+    """After a page run, once the live model is loaded (and only then, and not with K3_WARM=0), the held-out
+    routing starts in the background, without waiting for an idle server as the warm-up's tasks do."""
+    from app import live, routing
+    asked = []
+    monkeypatch.setattr(routing, "heldout_soon", lambda: asked.append(1) or True)
+    monkeypatch.setenv("K3_WARM", "1")
+    live.live()
+    assert live.LOADED.is_set()                                      # set by the load
+    live.LOADED.clear()
+    try:
+        assert warm.model_loaded() is False and asked == []          # no page has loaded the model yet
+        live.LOADED.set()
+        monkeypatch.setenv("K3_WARM", "0")
+        assert warm.model_loaded() is False and asked == []
+        monkeypatch.setenv("K3_WARM", "1")
+        assert warm.model_loaded() is True and asked == [1]
+    finally:
+        live.LOADED.set()
+
+
 @pytest.mark.parametrize("bad", [RuntimeError("no checkpoint"), ValueError("odd")])
 def test_a_failing_task_is_reported_and_the_next_one_runs(bad):
     ran = []
