@@ -6,7 +6,9 @@
 #
 # MINUTES: a whole number. The number of steps is fixed from the speed of the first steps so that the schedule (warm-up,
 # cosine decay, the quantisation-aware last 30%) ends inside MINUTES, leaving time for the export and
-# the balance calibration. BATCH sequences of SEQ tokens per step (256 x 128 = 32,768 tokens).
+# the balance calibration. BATCH sequences of SEQ tokens per step (256 x 128 = 32,768 tokens), in forwards of
+# at most 192 sequences (512 ran out of memory on an H200). Measured there (2026-12-04): 3.05 s a step of
+# 384 x 128, launch-bound (README, Training), so ten minutes give a few hundred steps, not yet enough.
 # Extra arguments go to `python -m model.train` (e.g. --micro 64 when memory is short).
 # Without Debian's python3.11-doc (the corpus's documentation pages) the one token cache in runs/
 # (runs/tokens-<corpus>-<tokenizer>.npz, built by `python -m model.train` where the package is) is used.

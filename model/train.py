@@ -105,6 +105,11 @@ def batch(data: np.ndarray, rng: np.random.Generator, B: int, T: int, device) ->
     return torch.from_numpy(np.stack([data[s:s + T + 1] for s in starts]).astype(np.int64)).to(device)
 
 
+def largest_divisor(n: int, most: int) -> int:
+    """The largest number <= `most` that divides `n` (sequences per forward of a step of `n`)."""
+    return max(d for d in range(1, min(n, most) + 1) if n % d == 0)
+
+
 def lr_at(step: int, total: int, peak: float, warmup: int) -> float:
     if step < warmup:
         return peak * (step + 1) / warmup
@@ -282,6 +287,7 @@ def save_state(model, opt, step: int, args: dict, path: Path = RUNS / "state", m
     path.with_suffix(".json").write_text(json.dumps({"step": step, "args": args, **(meta or {})}))
 
 
+CUDA_MICRO = 192        # sequences per forward on a GPU unless --micro says otherwise
 FIT_AFTER = 7           # --fit-minutes: the step after which the number of steps is fixed
 FIT_RESERVE_S = 60      # ... leaving this much of the budget for evaluation, export and calibration
 
@@ -329,7 +335,7 @@ def main(argv=None):
     ap.add_argument("--batch", type=int, default=None, help="sequences per step (default 32 CPU, 256 CUDA)")
     ap.add_argument("--micro", type=int, default=None,
                     help="sequences per forward; a step accumulates batch/micro of them (default 8 CPU, "
-                         "the whole batch CUDA)")
+                         f"at most {CUDA_MICRO} CUDA)")
     ap.add_argument("--seq", type=int, default=128)
     ap.add_argument("--lr", type=float, default=3e-3)
     ap.add_argument("--quant-from", type=float, default=0.7, help="fraction of steps after which MXFP4 is on")
@@ -356,7 +362,8 @@ def main(argv=None):
 
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     B = args.batch or (256 if device.type == "cuda" else 32)
-    micro = args.micro or (B if device.type == "cuda" else min(B, 8))
+    # on an H200 (141 GB) a forward of 512 sequences ran out of memory (~136 GB of activations), 192 fitted
+    micro = args.micro or largest_divisor(B, CUDA_MICRO if device.type == "cuda" else 8)
     if B % micro:
         raise SystemExit(f"--batch {B} is not a multiple of --micro {micro}")
     torch.manual_seed(args.seed)

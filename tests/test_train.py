@@ -152,3 +152,16 @@ def test_gpu_script_runs_end_to_end_on_the_cpu(tmp_path):
     from model.checkpoint import load_pretrained
     model, _ = load_pretrained(tmp_path / "k3_tiny.safetensors", tmp_path / "k3_tiny.json")
     assert sum(p.numel() for p in model.parameters()) > 30_000_000
+
+
+def test_a_step_is_cut_into_equal_forwards_no_larger_than_asked():
+    """The default micro-batch divides the batch (a step of 256 on a GPU: two forwards of 128, since 512 sequences in
+    one forward ran out of an H200's memory and 192 do not divide 256)."""
+    from model.train import CUDA_MICRO, largest_divisor
+    assert largest_divisor(256, CUDA_MICRO) == 128
+    assert largest_divisor(384, CUDA_MICRO) == 192
+    assert largest_divisor(32, 8) == 8 and largest_divisor(12, 8) == 6 and largest_divisor(7, 8) == 7
+    assert largest_divisor(13, 8) == 1
+    for n in range(1, 300):
+        d = largest_divisor(n, CUDA_MICRO)
+        assert n % d == 0 and d <= CUDA_MICRO and not any(n % e == 0 for e in range(d + 1, min(n, CUDA_MICRO) + 1))
