@@ -15,6 +15,7 @@ activation), which is also the cache key; they are never module state.
 from __future__ import annotations
 
 import atexit
+import functools
 import gc
 import os
 import threading
@@ -261,7 +262,7 @@ def derived(run: K3Output, key: tuple, make):
 # way), and keeps only the newest page's wishes. With many sessions busy it seldom finds the server idle
 # and does nothing, so it adds no load when load is high. K3_PREFETCH=0 turns it off.
 IDLE_S = 0.5
-KEEP = 4            # prefetched runs held (~20-40 MB each); the oldest goes first
+KEEP = 4            # prefetched runs held (~20-40 MB each); the oldest that the newest wishes do not name goes first
 HANDED = 16         # keys handed over to _resume's cache lately: not wished for again
 
 
@@ -270,6 +271,7 @@ class Prefetcher:
         self._wanted: list[tuple[tuple, K3Output, K3Model]] = []
         self._ready: dict[tuple, K3Output] = {}
         self._handed: dict[tuple, None] = {}              # an ordered set: oldest first
+        self._named: set[tuple] = set()                     # the re-runs the newest wishes name
         self._cond = threading.Condition()
         self._thread: threading.Thread | None = None
         self._stopping = False
@@ -296,11 +298,26 @@ class Prefetcher:
         if not self.enabled:
             return
         with self._cond:
-            self._wanted = [j for j in jobs if j[0] not in self._ready and j[0] not in self._handed]
+            wanted = []
+            for job in jobs:
+                if job[0] is not None and (job[0] in self._ready or job[0] in self._handed):
+                    if len(job) > 3:            # computed before; what the page builds of it may not be (a new token)
+                        wanted.append((None, job[1], None, functools.partial(self._then_again, job[0], job[3])))
+                    continue
+                wanted.append(job)
+            self._wanted = wanted
+            self._named = {job[0] for job in jobs if job[0] is not None}
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._work, name="k3-prefetch", daemon=True)
                 self._thread.start()
             self._cond.notify()
+
+    def _then_again(self, key: tuple, then, _base) -> None:
+        """then(run) for a re-run computed before: the one held here, else the page's cached one (resume; computed
+        again, under the model's lock, only if its cache has let it go)."""
+        with self._cond:
+            run = self._ready.get(key)
+        then(run if run is not None else resume(*key))
 
     def take(self, key: tuple) -> K3Output | None:
         """The prefetched run for `key` (None when there is none), and a note that its asker now has it
@@ -350,8 +367,9 @@ class Prefetcher:
                         out = model.resume(base, key[1], options=key[2])
                     with self._cond:
                         self._ready[key] = out
-                        while len(self._ready) > KEEP:
-                            self._ready.pop(next(iter(self._ready)))
+                        while len(self._ready) > KEEP:       # the oldest the newest wishes do not name goes first
+                            old = [k for k in self._ready if k not in self._named] or list(self._ready)
+                            self._ready.pop(old[0])
                 else:
                     with self._cond:
                         self._wanted.insert(0, job)

@@ -200,6 +200,16 @@ def test_a_token_chip_redraws_the_results_alone():
     assert {"routing_token", "routing_dense", "routing_k"} <= drawn(at) and at.slider(key="routing_k").disabled
 
 
+def settle(calls: list, quiet: float = 2.0, most: float = 120) -> None:
+    """Wait until `calls` has not grown for `quiet` seconds (the idle-time prefetch has done what it was asked)."""
+    import time
+    deadline, seen, since = time.time() + most, len(calls), time.time()
+    while time.time() < deadline and time.time() - since < quiet:
+        time.sleep(0.1)
+        if len(calls) != seen:
+            seen, since = len(calls), time.time()
+
+
 def test_a_nudge_finds_its_charts_built_ahead(monkeypatch):
     """While the server is idle, the prefetch computes the re-runs one nudge away and the page's charts of each
     (views/routing.py build_ahead, the page's own calls and keys), and the layer view's charts of the layers
@@ -227,6 +237,17 @@ def test_a_nudge_finds_its_charts_built_ahead(monkeypatch):
         at.slider(key="routing_layer").set_value(62).run()      # the next layer of the model's own routing
         ok(at)
         assert any("Layer 62: the experts of" in m.value for m in at.markdown) and len(calls) == 7
+        # another token: the nudges' re-runs were computed before, what the page draws of them for this token was
+        # not; it is built ahead too, so top-k one up for the new token builds no grid either
+        settle(calls)
+        at.pills(key="routing_token").set_value(3).run()
+        ok(at)
+        settle(calls)
+        built = len(calls)
+        at.run()
+        at.slider(key="routing_k").set_value(17).run()
+        ok(at)
+        assert len(outlined(at)) == 17 and len(calls) == built, calls[built:]
     finally:
         pf.stop()                               # no wish of this test's left running into the next ones
         pf.enabled = live.os.environ.get("K3_PREFETCH", "1") != "0"
