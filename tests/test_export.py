@@ -14,6 +14,13 @@ def test_every_dataset_row_is_in_the_table_with_its_dataset_first():
     assert df.loc[1, "ce"] == 3.5 and pd.isna(df.loc[2, "ce"]) and df.loc[2, "label"] == "best"
 
 
+def test_a_pointers_bands_are_not_in_the_table():
+    """Bands a pointer reads (a dataset named ..._hover) repeat rows of another dataset: the CSV leaves them out."""
+    spec = {"datasets": {"curve": pd.DataFrame({"x": [0, 1, 2]}), "curve_hover": pd.DataFrame({"x": [0, 2]}),
+                         "hover_notes": [{"x": 1}]}}
+    assert list(spec_frame(spec)["dataset"]) == ["curve", "curve", "curve", "hover_notes"]
+
+
 def test_a_spec_without_rows_gives_an_empty_table():
     assert spec_frame({}).empty and list(spec_frame({}).columns) == ["dataset"]
     assert spec_frame({"datasets": {"empty": []}}).empty

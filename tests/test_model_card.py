@@ -187,3 +187,32 @@ def test_card_page_draws_its_training_charts_with_vega():
     for entry in ev["next_tokens"].values():
         assert (entry["prompt"] + entry["greedy"]).rstrip() in shown
     assert not at.code
+
+
+def _layers(spec: dict):
+    for panel in spec.get("vconcat", [spec]):
+        yield from panel["layer"]
+
+
+def test_training_charts_point_through_bands_not_a_voronoi_per_step():
+    """Pointing at a curve reads a band of steps (hover_bands), not a nearest-point selection, whose Voronoi
+    diagram is a path per logged step; the bands tile the logged steps and carry the logged values."""
+    n = 1480
+    log = pd.DataFrame({"step": range(1, n + 1), "loss": np.linspace(8, 4, n), "val_loss": "", "quant": 0,
+                        "max_mean_load": 1.5, "dead_experts": 0.0, "bias_spread": np.linspace(0, 1, n)})
+    for spec, bands in ((training_spec(log), "log_hover"), (bias_spec(log), "bias_hover")):
+        for layer in _layers(spec):
+            for param in layer.get("params", []):
+                assert not param["select"].get("nearest"), param["name"]
+        hover = spec["datasets"][bands]
+        assert 100 <= len(hover) <= 250                               # about one band per 4 px, not one per step
+        assert hover["x0"].iloc[0] == 1 and hover["x1"].iloc[-1] == n
+        assert (hover["x0"].to_numpy()[1:] == hover["x1"].to_numpy()[:-1]).all()       # no gaps, no overlaps
+        source = spec["datasets"]["log" if bands == "log_hover" else "bias"].set_index("step")
+        for col in ("loss", "bias_spread"):
+            if col in hover:
+                assert (hover[col].to_numpy() == source.loc[hover["step"], col].to_numpy()).all()
+        assert sum(l.get("data", {}).get("name") == bands for l in _layers(spec)) == (2 if bands == "log_hover" else 1)
+        # the chart's CSV has the log, not the bands copied from it
+        from app.export import spec_frame
+        assert bands not in set(spec_frame(spec)["dataset"])

@@ -302,7 +302,7 @@ def test_chain_growth_and_the_two_fixes(micro):
     assert {100.0, 448.0} <= set(rules(spec))                             # the cap and the FP8 limit
     assert rules(chain_spec(table, "rms_out")) == {}                       # no limit lines for the RMS
     # pointing at a layer lists every variant there; the bare SwiGLU chain says where it overflowed
-    hover = spec["datasets"]["hover"].set_index("layer")
+    hover = spec["datasets"]["layers_hover"].set_index("layer")
     assert list(hover.index) == sorted(set(table["layer"]))
     names = [t["title"] for t in next(layer for layer in spec["layer"] if "params" in layer)["encoding"]["tooltip"][1:]]
     assert names == ["SwiGLU, no norm", "SwiGLU with norm", "SiTU-GLU, no norm", "SiTU-GLU with norm"]
@@ -325,7 +325,7 @@ def test_chain_chart_marks_values_that_reach_zero():
     spec = chain_spec(pd.DataFrame(rows), "rms_out")
     gone = spec["datasets"]["gone"]
     assert gone["variant"].tolist() == ["swiglu False"] and gone["label"][0] == "overflow (inf) from layer 3"
-    hover = spec["datasets"]["hover"].set_index("layer")
+    hover = spec["datasets"]["layers_hover"].set_index("layer")
     assert hover["v0"].tolist() == ["0.1", "0.01", "overflow (inf)", "not run (overflowed)", "not run (overflowed)"]
     assert hover["v2"][5] == "0"                                          # the variant that fell to 0
     zero = spec["datasets"]["zero"]

@@ -5,10 +5,13 @@ from __future__ import annotations
 import pandas as pd
 
 from app import theme
-from app.charts.vega import SCHEMA, usermeta
+from app.charts.vega import SCHEMA, hover_bands, hover_layer, usermeta
 
 LOSS_PANEL = "cross-entropy per token (nats)"
 LOAD_PANEL = "expert load balance"
+# Pointable bands across a panel, one per ~4 px: each shows every value at its step. Not a nearest-point
+# selection: its Voronoi diagram is a path per logged step, which cost the Model card's reload ~0.3 s.
+HOVER_STEPS = 200
 
 
 def _series(window: int) -> dict[str, tuple[str, str, float, float]]:
@@ -72,15 +75,9 @@ def training_spec(log: pd.DataFrame, unigram: float | None = None, window: int =
                              "tooltip": [{"field": "label", "title": "phase"},
                                          {"field": "start", "type": "quantitative", "title": "from step"}]}}
 
-    def hover(name, x, y, tooltip):
-        """Every value at the step nearest the pointer, and a thin line at that step."""
-        return [{"data": {"name": "log"}, "mark": {"type": "point", "opacity": 0},
-                 "params": [{"name": name, "select": {"type": "point", "on": "pointerover", "nearest": True,
-                                                      "fields": ["step"], "encodings": ["x"], "clear": "pointerout"}}],
-                 "encoding": {"x": x, "y": y, "tooltip": [{"field": "step", "type": "quantitative"}, *tooltip]}},
-                {"data": {"name": "log"}, "transform": [{"filter": {"param": name, "empty": False}}],
-                 "mark": {"type": "rule", "color": theme.OKABE_ITO["grey"], "strokeWidth": 1},
-                 "encoding": {"x": x}}]
+    def hover(name, x, tooltip):
+        """The band of steps under the pointer shaded, with every value at its step."""
+        return [hover_layer(name, "log_hover", x, [{"field": "step", "type": "quantitative"}, *tooltip])]
 
     loss_layers = [
         shade(x_top),
@@ -96,11 +93,11 @@ def training_spec(log: pd.DataFrame, unigram: float | None = None, window: int =
         {"data": {"name": "unigram"}, "mark": {"type": "text", "align": "right", "baseline": "bottom", "dy": -3,
                                                "x": {"expr": "width - 4"}, "color": ink},
          "encoding": {"y": {"field": "unigram", **y_loss}, "text": {"field": "label"}}},
-        line(names[0], x_top, y_loss),
-        line(names[1], x_top, y_loss),
-        *hover("loss_hover", x_top, {"field": "loss_mean", **y_loss}, [
+        *hover("loss_hover", x_top, [
             {"field": "loss", "type": "quantitative", "title": "training loss", "format": ".3f"},
             {"field": "loss_mean", "type": "quantitative", "title": names[1], "format": ".3f"}]),
+        line(names[0], x_top, y_loss),
+        line(names[1], x_top, y_loss),
         line(names[2], x_top, y_loss, "validation", point=True),
         # drawn last, so that pointing at a validation point shows its value
         {"data": {"name": "validation"}, "mark": {"type": "point", "opacity": 0, "size": 150},
@@ -111,13 +108,13 @@ def training_spec(log: pd.DataFrame, unigram: float | None = None, window: int =
     ]
     load_layers = [
         shade(x_bottom),
-        line(names[3], x_bottom, y_load),
-        line(names[4], x_bottom, y_load),
-        *hover("load_hover", x_bottom, {"field": "max_mean_load", **y_load}, [
+        *hover("load_hover", x_bottom, [
             {"field": "max_mean_load", "type": "quantitative",
              "title": f"max/mean load, worst layer ({window}-step mean)", "format": ".2f"},
             {"field": "dead_experts", "type": "quantitative",
              "title": f"experts with no token, per layer ({window}-step mean)", "format": ".3f"}]),
+        line(names[3], x_bottom, y_load),
+        line(names[4], x_bottom, y_load),
     ]
     # the panel titles' style in the titles, not the config: presenter mode replaces the config's "title"
     top = {"title": {"text": LOSS_PANEL, "fontWeight": "normal", "anchor": "middle"},
@@ -128,7 +125,8 @@ def training_spec(log: pd.DataFrame, unigram: float | None = None, window: int =
         # both panels "container": ui.vega_chart stretches the stack to the column (ui.stretches); fit-x, so that
         # the panels with their axes fit the column (Streamlit pads a vconcat of layers, which overflows)
         "$schema": SCHEMA, "autosize": {"type": "fit-x", "contains": "padding"},
-        "datasets": {"log": data, "validation": validation, "phase": phase, "unigram": baseline},
+        "datasets": {"log": data, "log_hover": hover_bands(data, "step", HOVER_STEPS), "validation": validation,
+                     "phase": phase, "unigram": baseline},
         "vconcat": [top, bottom], "spacing": 12,
         "resolve": {"scale": {"x": "shared", "color": "shared"}},
         "usermeta": usermeta("model_card_training"),
@@ -146,21 +144,13 @@ def bias_spec(log: pd.DataFrame) -> dict:
          "scale": {"zero": False}}
     return {
         "$schema": SCHEMA, "width": "container", "height": 240,
-        "datasets": {"bias": data}, "data": {"name": "bias"},
+        "datasets": {"bias": data, "bias_hover": hover_bands(data, "step", HOVER_STEPS)},
         "layer": [
-            {"mark": {"type": "line", "strokeWidth": 2, "color": theme.OKABE_ITO["blue"]},
+            hover_layer("bias_point", "bias_hover", x, [
+                {"field": "step", "type": "quantitative"},
+                {"field": "bias_spread", "type": "quantitative", "title": "bias spread", "format": ".4f"}]),
+            {"data": {"name": "bias"}, "mark": {"type": "line", "strokeWidth": 2, "color": theme.OKABE_ITO["blue"]},
              "encoding": {"x": x, "y": y}},
-            {"mark": {"type": "point", "opacity": 0},
-             "params": [{"name": "bias_hover", "select": {"type": "point", "on": "pointerover", "nearest": True,
-                                                          "fields": ["step"], "encodings": ["x"],
-                                                          "clear": "pointerout"}}],
-             "encoding": {"x": x, "y": y,
-                          "tooltip": [{"field": "step", "type": "quantitative"},
-                                      {"field": "bias_spread", "type": "quantitative", "title": "bias spread",
-                                       "format": ".4f"}]}},
-            {"transform": [{"filter": {"param": "bias_hover", "empty": False}}],
-             "mark": {"type": "rule", "color": theme.OKABE_ITO["grey"], "strokeWidth": 1},
-             "encoding": {"x": x}},
         ],
         "usermeta": usermeta("model_card_bias"),
     }

@@ -11,7 +11,7 @@ import pandas as pd
 from PIL import Image
 
 from app import theme
-from app.charts.vega import SCHEMA, usermeta
+from app.charts.vega import SCHEMA, hover_bands, hover_layer, thin, usermeta
 
 SITU, SWIGLU = theme.K3, theme.ACCENT                       # blue, orange
 CAP_COLOUR, FP8_COLOUR = theme.OKABE_ITO["green"], theme.OKABE_ITO["vermillion"]
@@ -51,36 +51,6 @@ def _colours(names: list[str], colours: list[str], **legend) -> dict:
 
 HOVER_STEPS = 200       # pointable bands across a full-width chart (one per ~4 px)
 CURVE_POINTS = 668      # samples drawn of a full-width curve (all 2001 cost the page's reload ~0.1 s per chart)
-
-
-def thin(df: pd.DataFrame, points: int) -> pd.DataFrame:
-    """Every k-th row of df, first and last kept, at most about `points` of them: what a chart draws of a
-    densely sampled curve (the values are the samples themselves, none is moved)."""
-    k = max(1, math.ceil((len(df) - 1) / max(points - 1, 1)))
-    keep = sorted(set(range(0, len(df), k)) | {len(df) - 1})
-    return df.iloc[keep].reset_index(drop=True)
-
-
-def hover_bands(df: pd.DataFrame, x: str, points: int) -> pd.DataFrame:
-    """About `points` of df's rows (thin), each with the band of x it answers for under the pointer:
-    from half-way to the previous row to half-way to the next (x0, x1)."""
-    d = thin(df, points)
-    v = d[x].to_numpy(dtype=float)
-    mids = (v[1:] + v[:-1]) / 2
-    return d.assign(x0=np.concatenate([[v[0]], mids]), x1=np.concatenate([mids, [v[-1]]]))
-
-
-def _hover_layer(name: str, data: str, x: dict, tooltip: list[dict]) -> dict:
-    """Invisible bands across the plot (dataset `data`, from hover_bands), one shaded under the pointer,
-    its tooltip giving every curve's value there: plotly's unified hover, without a Voronoi diagram
-    (which made the browser draw a path per sample)."""
-    return {"data": {"name": data},
-            "mark": {"type": "rect", "color": GREY, "clip": True},
-            "params": [{"name": name, "select": {"type": "point", "on": "pointerover", "clear": "pointerout"}}],
-            "encoding": {"x": {**x, "field": "x0"}, "x2": {"field": "x1"},
-                         "y": {"value": 0}, "y2": {"value": "height"},
-                         "opacity": {"condition": {"param": name, "empty": False, "value": 0.35}, "value": 0},
-                         "tooltip": tooltip}}
 
 
 def _hlines(rows: list[dict], label_align: str = "left", halo: str | None = None) -> list[dict]:
@@ -171,7 +141,7 @@ def output_spec(df: pd.DataFrame, up: float, crossings: list[float], full_range:
             y |= {"title": y_title, "scale": {"domain": [lo, hi], "nice": False, "zero": False}}
         layers.append({"data": {"name": "curves"}, "mark": {"type": "line", "strokeWidth": 2.5, "clip": True},
                        "encoding": {"x": x, "y": y, "color": {"datum": name, **colour}}})
-    layers.insert(0, _hover_layer("hover_output", "hover", x, [   # beneath the curves
+    layers.insert(0, hover_layer("hover_output", "curves_hover", x, [   # beneath the curves
         {"field": "g", "type": "quantitative", "format": ".3g"},
         {"field": "swiglu", "type": "quantitative", "title": "SwiGLU", "format": ".4g"},
         {"field": "situ", "type": "quantitative", "title": "SiTU-GLU", "format": ".4g"}]))
@@ -197,7 +167,7 @@ def output_spec(df: pd.DataFrame, up: float, crossings: list[float], full_range:
                                     "dx": 10, "dy": 6 if above else -6, "color": theme.ink(theme_type)},
                            "encoding": {"x": x, "y": cy, "text": {"field": "label"}}})
     return {"$schema": SCHEMA, "width": "container", "height": 420,
-            "datasets": {"curves": curves, "hover": hover_bands(curves, "g", HOVER_STEPS), "crossings": cross},
+            "datasets": {"curves": curves, "curves_hover": hover_bands(curves, "g", HOVER_STEPS), "crossings": cross},
             "layer": layers,
             "usermeta": usermeta("situ_output")}
 
@@ -221,7 +191,7 @@ def _curve_panel(title: str, x_title: str, data: str, fields: tuple[str, str], n
             y |= {"title": None, "scale": {"zero": False, **fixed}}
         layers.append({"mark": {"type": "line", "strokeWidth": 2.5, "clip": True},
                        "encoding": {"x": x, "y": y, "color": {"datum": name, **colour}}})
-    layers.insert(0, _hover_layer(hover, f"{data}_hover", x, [
+    layers.insert(0, hover_layer(hover, f"{data}_hover", x, [
         {"field": "x", "type": "quantitative", "title": tips[0], "format": ".3g"},
         {"field": fields[0], "type": "quantitative", "title": tips[1], "format": ".4g"},
         {"field": fields[1], "type": "quantitative", "title": tips[2], "format": ".4g"}]))
@@ -605,7 +575,7 @@ def chain_spec(table: pd.DataFrame, metric: str = "max_h", ceiling: float = 1e6,
     # reference lines under the variants' lines, their labels over them (they sit among the lines), each
     # label with a halo of the page's colour
     refs_drawn = _hlines(refs, label_align="right", halo=theme.paper(theme_type))
-    layers = [_hover_layer("hover_chain", "hover", x, tooltip)] + [
+    layers = [hover_layer("hover_chain", "layers_hover", x, tooltip)] + [
         part for part in refs_drawn if part["mark"]["type"] == "rule"] + [
         {"data": {"name": "layers"}, "mark": {"type": "line", "strokeWidth": 2.5, "clip": True},
          "encoding": {"x": x, "y": y, **style}}] + [part for part in refs_drawn if part["mark"]["type"] == "text"]
@@ -622,6 +592,6 @@ def chain_spec(table: pd.DataFrame, metric: str = "max_h", ceiling: float = 1e6,
                         "encoding": {"x": x, "y": y, "text": {"field": "label"}}}]
     columns = ["variant", "layer", "value", "colour", "label", "hover"]
     return {"$schema": SCHEMA, "width": "container", "height": 440,
-            "datasets": {"layers": pd.concat(lines, ignore_index=True), "hover": hover,
+            "datasets": {"layers": pd.concat(lines, ignore_index=True), "layers_hover": hover,
                          "gone": pd.DataFrame(gone_rows, columns=columns), "zero": pd.DataFrame(zero_rows, columns=columns)},
             "layer": layers, "usermeta": usermeta("situ_chain")}
