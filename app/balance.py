@@ -261,11 +261,16 @@ def _on_common(W0: torch.Tensor, W1: torch.Tensor):
     return a, b, common & keep.unsqueeze(1), keep
 
 
+WEIGHT_SAMPLE = 500      # expert pairs per method the weights chart draws
+
+
 def weight_check(setup: Setup, qb_bias: np.ndarray, aux_offset: np.ndarray, step: int,
-                 pool: torch.Tensor | None = None, sample: int = 1500) -> WeightCheck:
+                 pool: torch.Tensor | None = None, sample: int = WEIGHT_SAMPLE) -> WeightCheck:
     """Claim 11: the bias chooses experts but never enters the output weights. A token's weights are
     raw scores renormalised over its chosen set, so any experts chosen both with and without the bias
-    keep exactly their relative weights; logit offsets (the auxiliary-loss router) change them."""
+    keep exactly their relative weights; logit offsets (the auxiliary-loss router) change them. The maxima
+    are over every pair; `pairs` holds a random `sample` of them per method, what the chart draws (each drawn
+    point costs the page's reload ~0.1 ms in the browser: 1,500 per method were ~0.25 s)."""
     S = Scores(setup, pool).batch(step).double()
     n, k = setup.n_experts, setup.top_k
     b = torch.as_tensor(qb_bias, dtype=torch.float64)

@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 import torch
 
-from app.balance import (LABELS, METHODS, Scores, Setup, aux_loss_step, hist_check, metrics, noise_floor,
+from app.balance import (LABELS, METHODS, WEIGHT_SAMPLE, Scores, Setup, aux_loss_step, hist_check, metrics, noise_floor,
                          quantile_balance, sign_story, simulate, weight_check)
 from app.charts.balance import hist_error_spec, load_spec, steps_spec, weights_spec
 
@@ -90,6 +90,8 @@ def test_output_weights_ignore_the_bias():
     assert wc.max_diff_aux > 1e-4                          # logit offsets move the weights themselves
     qb_pts = wc.pairs[wc.pairs["method"] == "Quantile Balancing bias"]
     np.testing.assert_allclose(qb_pts["with"], qb_pts["without"], atol=1e-12)
+    counts = wc.pairs["method"].value_counts()
+    assert counts.max() <= WEIGHT_SAMPLE and counts.min() > 100          # a sample drawn, both methods in it
     drawn = weights_spec(wc.pairs)["datasets"]["pairs"]
     assert set(drawn["method"]) == {"Quantile Balancing bias", "Auxiliary-loss offsets"}
     assert np.abs(drawn.loc[drawn["method"] == "Quantile Balancing bias", "difference"]).max() < 1e-12

@@ -4,8 +4,8 @@ import streamlit as st
 
 from app import live as lv_mod
 from app import state, ui
-from app.balance import (DEFAULT_AUX, DEFAULT_GAMMA, DEFAULT_LAYER, DEFAULT_SOURCE, LABELS, METHODS, SOURCES, Setup,
-                         cached_hist_check, cached_noise_floor, cached_runs,
+from app.balance import (DEFAULT_AUX, DEFAULT_GAMMA, DEFAULT_LAYER, DEFAULT_SOURCE, LABELS, METHODS, SOURCES,
+                         WEIGHT_SAMPLE, Setup, cached_hist_check, cached_noise_floor, cached_runs,
                          cached_sign_story, cached_weight_check, goal_note, live_pool, metrics, sign_rule_details,
                          sign_rule_intuition, steps_to)
 from app.charts.balance import hist_error_spec, load_spec, steps_spec, weights_spec
@@ -162,7 +162,8 @@ def step_sections() -> None:
     st.subheader("The bias never changes the output weights")
     wc = cached_weight_check(setup, float(gamma), float(aux), step - 1, source, layer)
     ui.vega_chart(weights_spec(wc.pairs),
-             f"Batch {step}, routed with and without the QB bias. For the experts a token picks both ways, their "
+             f"Batch {step}, routed with and without the QB bias (drawn: {len(wc.pairs):,} expert pairs, a random "
+             f"{WEIGHT_SAMPLE} at most per method; the table's largest differences are over all of them). For the experts a token picks both ways, their "
              "weights (renormalised over those experts) are identical: every blue point sits on the zero line. The "
              "auxiliary loss instead moves the router's logits, so the same experts get different weights (purple).",
              alt="Scatter of the change in output weight caused by the bias, for Quantile Balancing and the auxiliary loss.",
