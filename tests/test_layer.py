@@ -589,3 +589,43 @@ def test_every_series_drawn_together_is_named_in_a_legend(live, data):
             for series in _drawn_together(spec, spec.get("datasets", {})):
                 if len(series) > 1:
                     assert series <= _domains(spec), (st.key, series - _domains(spec))
+
+
+def test_the_state_chart_is_a_picture_whose_colours_are_its_legends():
+    """Each view of the KDA state is one PNG with invisible cells over it: a cell's pixels have the colour its
+    value gets on the legend's scale (piecewise linear in RGB through the stops), a blank gap is transparent,
+    and every cell is still there to point at with its value."""
+    import base64
+    import io
+
+    from PIL import Image
+
+    from app.charts.layer import kda_state_figure
+    H, K, V, px = 2, 16, 16, 7
+    rng = np.random.default_rng(3)
+    d = {name: rng.normal(size=(H, K, V)) for name in ("before", "after", "change")}
+    spec = kda_state_figure(d)
+    assert len(spec["datasets"]["S"]) == 2 * H * K * V and len(spec["datasets"]["change"]) == H * K * V
+    for view, data, names in zip(spec["hconcat"], ("S", "change"), (("before", "after"), ("change",))):
+        image, cells = view["layer"][0], view["layer"][1]
+        assert image["mark"]["type"] == "image" and cells["mark"]["opacity"] == 0
+        scale = cells["encoding"]["color"]["scale"]
+        lo, mid, hi = scale["domain"]
+        assert scale["interpolate"] == "rgb" and mid == 0
+        vals = np.concatenate([d[n].ravel() for n in names])
+        assert lo == pytest.approx(vals.min()) and hi == pytest.approx(vals.max())
+        stops = np.array([[int(c[i:i + 2], 16) for i in (1, 3, 5)] for c in scale["range"]], dtype=float)
+        url = image["data"]["values"][0]["url"]
+        png = Image.open(io.BytesIO(base64.b64decode(url.split(",", 1)[1]))).convert("RGBA")
+        pix = np.asarray(png)
+        assert pix.shape[:2] == (view["height"], view["width"])
+        for c, name in enumerate(names):
+            for h, k, v in ((0, 0, 0), (1, 5, 9), (1, K - 1, V - 1)):
+                value = d[name][h, k, v]
+                want = [np.interp(value, [lo, 0, hi], stops[:, ch]) for ch in range(3)]
+                row, col = h * (K + 1) + k, c * (V + 1) + v
+                got = pix[row * px + px // 2, col * px + px // 2]
+                assert np.abs(got[:3] - np.array(want)).max() <= 1 and got[3] == 255, (name, h, k, v)
+        assert pix[K * px + px // 2, px // 2, 3] == 0                      # the blank row between the heads
+        if len(names) == 2:
+            assert pix[px // 2, V * px + px // 2, 3] == 0                  # the blank column between the panels

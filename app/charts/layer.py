@@ -9,7 +9,11 @@ used for signed values elsewhere; no background is set, so Streamlit's light and
 """
 from __future__ import annotations
 
+import base64
+import io
+
 import numpy as np
+from PIL import Image
 
 from app import theme
 from app.charts.vega import usermeta
@@ -124,25 +128,59 @@ def kda_gate_figure(d: dict, pieces=None) -> dict:
                  "share of the state kept per key channel (e^g) · write strength β")
 
 
+# The state's colours: blue < 0 < red, piecewise linear in RGB through a light grey at 0, so that the picture
+# (state_image) and the chart's legend (the same stops, "interpolate": "rgb") agree pixel for pixel.
+STATE_STOPS = ("#2166ac", "#f7f7f7", "#b2182b")
+
+
+def state_image(grid: np.ndarray, lo: float, hi: float, px: int) -> str:
+    """A grid of values (NaN: a blank gap) as a PNG data URL, px x px pixels a cell: STATE_STOPS over
+    [lo, 0, hi], transparent where blank."""
+    z = np.asarray(grid, dtype=float)
+    stops = np.array([[int(c[i:i + 2], 16) for i in (1, 3, 5)] for c in STATE_STOPS], dtype=float)   # [3, 3]
+    neg = np.clip(np.nan_to_num(z) / lo, 0, 1) if lo < 0 else np.zeros_like(z)
+    pos = np.clip(np.nan_to_num(z) / hi, 0, 1) if hi > 0 else np.zeros_like(z)
+    rgb = np.where((z < 0)[..., None], stops[1] + (stops[0] - stops[1]) * neg[..., None],
+                   stops[1] + (stops[2] - stops[1]) * pos[..., None])
+    alpha = np.where(np.isnan(z), 0, 255)[..., None]
+    rgba = np.concatenate([np.rint(rgb), alpha], axis=-1).astype(np.uint8)
+    rgba = rgba.repeat(px, axis=0).repeat(px, axis=1)
+    buf = io.BytesIO()
+    Image.fromarray(rgba, "RGBA").save(buf, "PNG", compress_level=1)
+    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
+
+
 def kda_state_figure(d: dict, pieces=None) -> dict:
     """Two views, not six facets (a facet is a view of its own and costs as much to draw): the states before and
-    after side by side on one colour scale, the change on its own; heads stacked, one blank row between."""
+    after side by side on one colour scale, the change on its own; heads stacked, one blank row between. Each
+    view is one picture of its cells (1,536 rect marks cost the page's reload ~0.2 s in the browser), with
+    invisible cells over it that give each value under the pointer and carry the colour legend."""
     H, K, V = np.asarray(d["before"]).shape
     rows = {"S": [], "change": []}                # short field names: ~1,500 cells per figure
+    grids = {"S": np.full((H * (K + 1) - 1, 2 * (V + 1) - 1), np.nan), "change": np.full((H * (K + 1) - 1, V), np.nan)}
     for c, name in enumerate(("before", "after", "change")):
         arr = np.asarray(d[name], dtype=float)
-        target = rows["change" if name == "change" else "S"]
+        data = "change" if name == "change" else "S"
         col0 = 0 if name == "change" else c * (V + 1)
-        target += [{"x": col0 + v, "y": h * (K + 1) + k, "p": name, "h": h, "k": k, "v": v, "s": _f(arr[h, k, v])}
-                   for h in range(H) for k in range(K) for v in range(V)]
+        rows[data] += [{"x": col0 + v, "y": h * (K + 1) + k, "x1": col0 + v + 1, "y1": h * (K + 1) + k + 1,
+                        "p": name, "h": h, "k": k, "v": v, "s": _f(arr[h, k, v])}
+                       for h in range(H) for k in range(K) for v in range(V)]
+        for h in range(H):
+            grids[data][h * (K + 1):h * (K + 1) + K, col0:col0 + V] = arr[h]
     px = 7                                        # pixels per cell
 
     def view(data: str, cols: int, title: str, labels: list[str]) -> dict:
         label_rows = [{"x": i * (V + 1) + V / 2, "text": t} for i, t in enumerate(labels)]
-        return {"width": px * cols, "height": px * (H * (K + 1) - 1),
-                "layer": [{"data": {"name": data}, "mark": {"type": "rect"},
-                           "transform": [{"calculate": "datum.x + 1", "as": "x1"},
-                                         {"calculate": "datum.y + 1", "as": "y1"}],
+        grid = grids[data]
+        lo, hi = min(float(np.nanmin(grid)), -1e-12), max(float(np.nanmax(grid)), 1e-12)
+        width, height = px * cols, px * (H * (K + 1) - 1)
+        return {"width": width, "height": height,
+                "layer": [{"data": {"values": [{"url": state_image(grid, lo, hi, px)}]},
+                           "mark": {"type": "image", "aspect": False, "smooth": False, "align": "left",
+                                    "baseline": "top", "width": width, "height": height, "tooltip": None},
+                           "encoding": {"url": {"field": "url", "type": "nominal"}, "x": {"value": 0},
+                                        "y": {"value": 0}}},
+                          {"data": {"name": data}, "mark": {"type": "rect", "opacity": 0},
                            "encoding": {"x": {"field": "x", "type": "quantitative", "axis": None,
                                               "scale": {"domain": [0, cols]}},
                                         "x2": {"field": "x1"},
@@ -150,7 +188,9 @@ def kda_state_figure(d: dict, pieces=None) -> dict:
                                               "scale": {"domain": [H * (K + 1) - 1, 0]}},
                                         "y2": {"field": "y1"},
                                         "color": {"field": "s", "type": "quantitative", "title": title,
-                                                  "scale": DIVERGING, "legend": {"gradientLength": 90}},
+                                                  "scale": {"domain": [lo, 0, hi], "range": list(STATE_STOPS),
+                                                            "interpolate": "rgb"},
+                                                  "legend": {"gradientLength": 90}},
                                         "tooltip": [{"field": "p", "title": "panel"}, {"field": "h", "title": "head"},
                                                     {"field": "k", "title": "key channel"},
                                                     {"field": "v", "title": "value channel"},
