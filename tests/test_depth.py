@@ -1,5 +1,7 @@
 """Data and figures of the Attention Residuals page (app/depth.py, app/charts/depth.py): link-count
 series, the bookkeeping count, source membership, the retrieval computation on a micro model."""
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -171,7 +173,10 @@ def test_memory_per_token_at_k3_scale():
     block = lines[lines["design"] == "Block AttnRes"].set_index("block size")
     assert full["vectors"].tolist() == [187] * 93
     assert (block.loc[1, "vectors"], block.loc[12, "vectors"], block.loc[93, "vectors"]) == (94, 9, 2)
-    layers = spec["layer"]
+    hover = spec["datasets"]["vectors_hover"].set_index("block size")
+    assert (hover.loc[12, "full"], hover.loc[12, "blocks"], hover.loc[12, "block"]) == (187, 8, 9)   # the band at 12
+    assert spec["layer"][0]["data"]["name"] == "vectors_hover"                 # the bands beneath the lines
+    layers = [l for l in spec["layer"] if l["mark"]["type"] == "line"]
     assert layers[1]["mark"]["interpolate"] == "step-after"                  # Block drawn as steps
     assert layers[0]["encoding"]["y"]["scale"]["type"] == "log"
     assert "type" not in layers[0]["encoding"]["x"].get("scale", {})          # block size on a linear axis
@@ -185,6 +190,11 @@ def test_link_and_retrieval_figures():
     assert k3["text"].tolist() == ["17,578", "1,003"]
     by_design = links.set_index(["design", "layers"])["links"]
     assert by_design[("Full AttnRes", 200)] == 200 * 401 + 401                # L(2L+1) + (2L+1) at L = 200
+    # pointing reads a band of depths with both designs' links; on the log axis a band ends half-way in log
+    bands = spec["datasets"]["links_hover"].set_index("layers")
+    assert bands.loc[200, "full"] == 200 * 401 + 401 and bands.loc[93, "block"] == 1_003
+    assert bands.loc[93, "x0"] == pytest.approx(math.sqrt(92 * 93)) and bands.loc[93, "x1"] == pytest.approx(math.sqrt(93 * 94))
+    assert not any(p["select"].get("nearest") for l in spec["layer"] for p in l.get("params", []))
     line = next(l for l in spec["layer"] if l["mark"]["type"] == "line")
     assert line["encoding"]["x"]["scale"]["type"] == "log" and line["encoding"]["y"]["scale"]["type"] == "log"
     region = spec["datasets"]["region"].iloc[0]

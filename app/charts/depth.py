@@ -6,12 +6,13 @@ import numpy as np
 import pandas as pd
 
 from app import theme
-from app.charts.vega import SCHEMA, usermeta
+from app.charts.vega import SCHEMA, hover_bands, hover_layer, usermeta
 
 FULL = theme.OKABE_ITO["vermillion"]
 BLOCK = theme.OKABE_ITO["blue"]
 GREY = theme.OKABE_ITO["grey"]
 OUTLINE = "rgba(0,0,0,0.4)"
+HOVER_STEPS = 200       # pointable bands across a full-width chart, at most (one per ~4 px)
 
 
 def _hover(name: str, x: dict, y: dict, tooltip: list, **encoding) -> dict:
@@ -53,9 +54,12 @@ def links_spec(series: pd.DataFrame, mark: int, block_size: int, paper_limit: in
                          "symbolStrokeWidth": 3}}
     tooltip = [{"field": "design", "title": "design"}, {"field": "layers", "type": "quantitative", "title": "L"},
                {"field": "links", "type": "quantitative", "title": "links", "format": ","}]
+    wide = pd.DataFrame({"layers": series["layers"].to_numpy().astype(int), "full": series["Full"].to_numpy().astype(int),
+                         "block": series["Block"].to_numpy().astype(int)})
     return {
         "$schema": SCHEMA, "width": "container", "height": 480,
-        "datasets": {"links": links, "k3": k3, "region": region},
+        "datasets": {"links": links, "links_hover": hover_bands(wide, "layers", HOVER_STEPS, log=True), "k3": k3,
+                     "region": region},
         "layer": [
             {"data": {"name": "region"}, "mark": {"type": "rect", "color": GREY, "opacity": 0.10},
              "encoding": {"x": {"field": "start", "type": "quantitative", "scale": x_scale}, "x2": {"field": "end"}}},
@@ -63,6 +67,11 @@ def links_spec(series: pd.DataFrame, mark: int, block_size: int, paper_limit: in
             {"data": {"name": "region"}, "mark": {"type": "text", "align": "left", "baseline": "top", "dx": 6,
                                                   "y": 6, "lineBreak": "\n", "color": ink},
              "encoding": {"x": {"field": "start", "type": "quantitative", "scale": x_scale}, "text": {"field": "label"}}},
+            # beneath everything but the shaded region, so that every point of the plot reads its band
+            hover_layer("links_point", "links_hover", x, [
+                {"field": "layers", "type": "quantitative", "title": "L"},
+                {"field": "full", "type": "quantitative", "title": f"{names[0]}: links", "format": ","},
+                {"field": "block", "type": "quantitative", "title": f"{names[1]}: links", "format": ","}]),
             {"data": {"name": "k3"}, "transform": [{"filter": {"field": "design", "equal": names[0]}}],
              "mark": {"type": "rule", "strokeDash": [5, 4], "strokeWidth": 1, "color": GREY},
              "encoding": {"x": {"field": "layers", "type": "quantitative", "scale": x_scale}}},
@@ -73,7 +82,6 @@ def links_spec(series: pd.DataFrame, mark: int, block_size: int, paper_limit: in
                           "text": {"field": "label"}}},
             {"data": {"name": "links"}, "mark": {"type": "line", "strokeWidth": 2.5},
              "encoding": {"x": x, "y": y, "color": colour}},
-            {"data": {"name": "links"}, **_hover("links_hover", x, y, tooltip)},
             {"data": {"name": "k3"}, "mark": {"type": "circle", "size": 110, "opacity": 1, "stroke": OUTLINE,
                                               "strokeWidth": 1},
              "encoding": {"x": x, "y": y, "color": colour,
@@ -238,17 +246,23 @@ def vectors_spec(df: pd.DataFrame, full_vectors: int, block_size: int, d: int,
     def design(name):
         return [{"filter": {"field": "design", "equal": name}}]
 
+    wide = pd.DataFrame({"block size": sizes, "full": int(full_vectors), "blocks": df["blocks"].to_numpy().astype(int),
+                         "block": df["vectors"].to_numpy().astype(int)})
     return {
         "$schema": SCHEMA, "width": "container", "height": 380,
-        "datasets": {"vectors": vectors, "chosen": chosen},
+        "datasets": {"vectors": vectors, "vectors_hover": hover_bands(wide, "block size", HOVER_STEPS), "chosen": chosen},
         "layer": [
+            hover_layer("vectors_point", "vectors_hover", x, [
+                {"field": "block size", "type": "quantitative"},
+                {"field": "full", "type": "quantitative", "title": "Full AttnRes: vectors"},
+                {"field": "blocks", "type": "quantitative", "title": "Block AttnRes: blocks"},
+                {"field": "block", "type": "quantitative", "title": "Block AttnRes: vectors"}]),
             {"data": {"name": "vectors"}, "transform": design("Full AttnRes"),
              "mark": {"type": "line", "strokeWidth": 2.5}, "encoding": {"x": x, "y": y, "color": colour}},
             # steps: the count holds from one block size until the next one changes it
             {"data": {"name": "vectors"}, "transform": design("Block AttnRes"),
              "mark": {"type": "line", "strokeWidth": 2.5, "interpolate": "step-after"},
              "encoding": {"x": x, "y": y, "color": colour}},
-            {"data": {"name": "vectors"}, **_hover("vectors_hover", x, y, tooltip)},
             {"data": {"name": "chosen"}, "mark": {"type": "circle", "size": 150, "opacity": 1, "stroke": OUTLINE,
                                                   "strokeWidth": 1},
              "encoding": {"x": x, "y": y, "color": colour, "tooltip": tooltip}},

@@ -25,12 +25,13 @@ def thin(df: pd.DataFrame, points: int) -> pd.DataFrame:
     return df.iloc[keep].reset_index(drop=True)
 
 
-def hover_bands(df: pd.DataFrame, x: str, points: int) -> pd.DataFrame:
+def hover_bands(df: pd.DataFrame, x: str, points: int, log: bool = False) -> pd.DataFrame:
     """About `points` of df's rows (thin), each with the band of x it answers for under the pointer:
-    from half-way to the previous row to half-way to the next (x0, x1)."""
+    from half-way to the previous row to half-way to the next (x0, x1); half-way on a log axis (`log`,
+    positive x) is the geometric mean."""
     d = thin(df, points)
     v = d[x].to_numpy(dtype=float)
-    mids = (v[1:] + v[:-1]) / 2
+    mids = np.sqrt(v[1:] * v[:-1]) if log else (v[1:] + v[:-1]) / 2
     return d.assign(x0=np.concatenate([[v[0]], mids]), x1=np.concatenate([mids, [v[-1]]]))
 
 
