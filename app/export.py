@@ -13,14 +13,16 @@ def file_stem(title: str, fallback: str = "k3-explorer-chart") -> str:
     return stem or fallback
 
 
-HOVER = "_hover"                # the suffix of a pointer's bands dataset
+# Suffixes of datasets whose rows are copied from another dataset of the same chart: a pointer's bands
+# (app.charts.vega.hover_bands) and a smooth curve's drawn samples (app.charts.vega.thin).
+COPIES = ("_hover", "_thin")
 
 
 def spec_frame(spec: dict) -> pd.DataFrame:
     """A Vega-Lite chart's data as one table (its CSV): every dataset's rows, with the dataset's name first;
-    not the bands a pointer reads (names ending in HOVER: app.charts.vega.hover_bands, rows copied from another)."""
+    not the rows copied from another of its datasets (names ending in one of COPIES)."""
     parts = [pd.DataFrame(rows).assign(dataset=name) for name, rows in spec.get("datasets", {}).items()
-             if len(rows) and not name.endswith(HOVER)]              # records or a data frame
+             if len(rows) and not name.endswith(COPIES)]             # records or a data frame
     if not parts:
         return pd.DataFrame(columns=["dataset"])
     out = pd.concat(parts, ignore_index=True)

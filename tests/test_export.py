@@ -15,9 +15,10 @@ def test_every_dataset_row_is_in_the_table_with_its_dataset_first():
 
 
 def test_a_pointers_bands_are_not_in_the_table():
-    """Bands a pointer reads (a dataset named ..._hover) repeat rows of another dataset: the CSV leaves them out."""
+    """Bands a pointer reads (a dataset named ..._hover) and the drawn samples of a curve (..._thin) repeat rows of
+    another dataset: the CSV leaves them out."""
     spec = {"datasets": {"curve": pd.DataFrame({"x": [0, 1, 2]}), "curve_hover": pd.DataFrame({"x": [0, 2]}),
-                         "hover_notes": [{"x": 1}]}}
+                         "curve_thin": pd.DataFrame({"x": [0, 2]}), "hover_notes": [{"x": 1}]}}
     assert list(spec_frame(spec)["dataset"]) == ["curve", "curve", "curve", "hover_notes"]
 
 

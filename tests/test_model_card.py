@@ -213,6 +213,15 @@ def test_training_charts_point_through_bands_not_a_voronoi_per_step():
             if col in hover:
                 assert (hover[col].to_numpy() == source.loc[hover["step"], col].to_numpy()).all()
         assert sum(l.get("data", {}).get("name") == bands for l in _layers(spec)) == (2 if bands == "log_hover" else 1)
-        # the chart's CSV has the log, not the bands copied from it
+        # the chart's CSV has the log, not the bands (or the drawn samples) copied from it
         from app.export import spec_frame
-        assert bands not in set(spec_frame(spec)["dataset"])
+        assert bands not in set(spec_frame(spec)["dataset"]) and "log_thin" not in set(spec_frame(spec)["dataset"])
+    # the raw training loss is drawn at every step; the smoothed curves at about 400 of the steps, their own values
+    spec = training_spec(log)
+    lines = {l["encoding"]["color"]["datum"]: l["data"]["name"] for l in _layers(spec) if l["mark"]["type"] == "line"}
+    assert lines["training loss"] == "log" and lines["validation loss"] == "validation"
+    assert {lines[n] for n in lines if n not in ("training loss", "validation loss")} == {"log_thin"}
+    drawn, full = spec["datasets"]["log_thin"], spec["datasets"]["log"].set_index("step")
+    assert 300 <= len(drawn) <= 400 and drawn["step"].iloc[[0, -1]].tolist() == [1, n]
+    for col in ("loss_mean", "max_mean_load", "dead_experts"):
+        assert (drawn[col].to_numpy() == full.loc[drawn["step"], col].to_numpy()).all()

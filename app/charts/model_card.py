@@ -5,13 +5,16 @@ from __future__ import annotations
 import pandas as pd
 
 from app import theme
-from app.charts.vega import SCHEMA, hover_bands, hover_layer, usermeta
+from app.charts.vega import SCHEMA, hover_bands, hover_layer, thin, usermeta
 
 LOSS_PANEL = "cross-entropy per token (nats)"
 LOAD_PANEL = "expert load balance"
 # Pointable bands across a panel, one per ~4 px: each shows every value at its step. Not a nearest-point
 # selection: its Voronoi diagram is a path per logged step, which cost the Model card's reload ~0.3 s.
 HOVER_STEPS = 200
+# Samples drawn of a smoothed curve (a rolling mean changes little from one step to the next): about one per
+# 2.5 px; each drawn point costs the browser's reload ~0.03 ms. The raw training loss is drawn at every step.
+SMOOTH_POINTS = 400
 
 
 def _series(window: int) -> dict[str, tuple[str, str, float, float]]:
@@ -97,7 +100,7 @@ def training_spec(log: pd.DataFrame, unigram: float | None = None, window: int =
             {"field": "loss", "type": "quantitative", "title": "training loss", "format": ".3f"},
             {"field": "loss_mean", "type": "quantitative", "title": names[1], "format": ".3f"}]),
         line(names[0], x_top, y_loss),
-        line(names[1], x_top, y_loss),
+        line(names[1], x_top, y_loss, "log_thin"),
         line(names[2], x_top, y_loss, "validation", point=True),
         # drawn last, so that pointing at a validation point shows its value
         {"data": {"name": "validation"}, "mark": {"type": "point", "opacity": 0, "size": 150},
@@ -113,8 +116,8 @@ def training_spec(log: pd.DataFrame, unigram: float | None = None, window: int =
              "title": f"max/mean load, worst layer ({window}-step mean)", "format": ".2f"},
             {"field": "dead_experts", "type": "quantitative",
              "title": f"experts with no token, per layer ({window}-step mean)", "format": ".3f"}]),
-        line(names[3], x_bottom, y_load),
-        line(names[4], x_bottom, y_load),
+        line(names[3], x_bottom, y_load, "log_thin"),
+        line(names[4], x_bottom, y_load, "log_thin"),
     ]
     # the panel titles' style in the titles, not the config: presenter mode replaces the config's "title"
     top = {"title": {"text": LOSS_PANEL, "fontWeight": "normal", "anchor": "middle"},
@@ -125,7 +128,8 @@ def training_spec(log: pd.DataFrame, unigram: float | None = None, window: int =
         # both panels "container": ui.vega_chart stretches the stack to the column (ui.stretches); fit-x, so that
         # the panels with their axes fit the column (Streamlit pads a vconcat of layers, which overflows)
         "$schema": SCHEMA, "autosize": {"type": "fit-x", "contains": "padding"},
-        "datasets": {"log": data, "log_hover": hover_bands(data, "step", HOVER_STEPS), "validation": validation,
+        "datasets": {"log": data, "log_thin": thin(data.drop(columns="loss"), SMOOTH_POINTS),
+                     "log_hover": hover_bands(data, "step", HOVER_STEPS), "validation": validation,
                      "phase": phase, "unigram": baseline},
         "vconcat": [top, bottom], "spacing": 12,
         "resolve": {"scale": {"x": "shared", "color": "shared"}},
