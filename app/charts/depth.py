@@ -6,13 +6,12 @@ import numpy as np
 import pandas as pd
 
 from app import theme
-from app.charts.vega import SCHEMA, hover_bands, hover_layer, usermeta
+from app.charts.vega import HOVER_STEPS, SCHEMA, hover_bands, hover_layer, usermeta
 
 FULL = theme.OKABE_ITO["vermillion"]
 BLOCK = theme.OKABE_ITO["blue"]
 GREY = theme.OKABE_ITO["grey"]
 OUTLINE = "rgba(0,0,0,0.4)"
-HOVER_STEPS = 200       # pointable bands across a full-width chart, at most (one per ~4 px)
 
 
 def _hover(name: str, x: dict, y: dict, tooltip: list, **encoding) -> dict:

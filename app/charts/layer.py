@@ -9,14 +9,10 @@ used for signed values elsewhere; no background is set, so Streamlit's light and
 """
 from __future__ import annotations
 
-import base64
-import io
-
 import numpy as np
-from PIL import Image
 
 from app import theme
-from app.charts.vega import usermeta
+from app.charts.vega import diverging_png, usermeta
 
 GREY = theme.OKABE_ITO["grey"]
 WIDTH = "container"  # single views fill the step row's left column (about 480 px at a 1,400-px window)
@@ -137,17 +133,9 @@ def state_image(grid: np.ndarray, lo: float, hi: float, px: int) -> str:
     """A grid of values (NaN: a blank gap) as a PNG data URL, px x px pixels a cell: STATE_STOPS over
     [lo, 0, hi], transparent where blank."""
     z = np.asarray(grid, dtype=float)
-    stops = np.array([[int(c[i:i + 2], 16) for i in (1, 3, 5)] for c in STATE_STOPS], dtype=float)   # [3, 3]
-    neg = np.clip(np.nan_to_num(z) / lo, 0, 1) if lo < 0 else np.zeros_like(z)
-    pos = np.clip(np.nan_to_num(z) / hi, 0, 1) if hi > 0 else np.zeros_like(z)
-    rgb = np.where((z < 0)[..., None], stops[1] + (stops[0] - stops[1]) * neg[..., None],
-                   stops[1] + (stops[2] - stops[1]) * pos[..., None])
-    alpha = np.where(np.isnan(z), 0, 255)[..., None]
-    rgba = np.concatenate([np.rint(rgb), alpha], axis=-1).astype(np.uint8)
-    rgba = rgba.repeat(px, axis=0).repeat(px, axis=1)
-    buf = io.BytesIO()
-    Image.fromarray(rgba, "RGBA").save(buf, "PNG", compress_level=1)
-    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
+    with np.errstate(invalid="ignore"):
+        t = np.where(z < 0, -np.clip(z / lo, 0, 1), np.clip(z / hi, 0, 1))      # NaN stays NaN
+    return diverging_png(t, STATE_STOPS, px)
 
 
 def kda_state_figure(d: dict, pieces=None) -> dict:

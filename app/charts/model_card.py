@@ -5,13 +5,12 @@ from __future__ import annotations
 import pandas as pd
 
 from app import theme
-from app.charts.vega import SCHEMA, hover_bands, hover_layer, thin, usermeta
+from app.charts.vega import HOVER_STEPS, SCHEMA, hover_bands, hover_layer, thin, usermeta
 
 LOSS_PANEL = "cross-entropy per token (nats)"
 LOAD_PANEL = "expert load balance"
-# Pointable bands across a panel, one per ~4 px: each shows every value at its step. Not a nearest-point
+# Pointing reads bands of steps (HOVER_STEPS of them), each with every value at its step. Not a nearest-point
 # selection: its Voronoi diagram is a path per logged step, which cost the Model card's reload ~0.3 s.
-HOVER_STEPS = 200
 # Samples drawn of a smoothed curve (a rolling mean changes little from one step to the next): about one per
 # 2.5 px; each drawn point costs the browser's reload ~0.03 ms. The raw training loss is drawn at every step.
 SMOOTH_POINTS = 400

@@ -2,16 +2,13 @@
 datasets), drawn by the browser's Vega without plotly."""
 from __future__ import annotations
 
-import base64
-import io
 import math
 
 import numpy as np
 import pandas as pd
-from PIL import Image
 
 from app import theme
-from app.charts.vega import SCHEMA, hover_bands, hover_layer, thin, usermeta
+from app.charts.vega import HOVER_STEPS, SCHEMA, diverging_png, hover_bands, hover_layer, thin, usermeta
 
 SITU, SWIGLU = theme.K3, theme.ACCENT                       # blue, orange
 CAP_COLOUR, FP8_COLOUR = theme.OKABE_ITO["green"], theme.OKABE_ITO["vermillion"]
@@ -49,7 +46,6 @@ def _colours(names: list[str], colours: list[str], **legend) -> dict:
     return {"scale": {"domain": names, "range": colours}, "legend": _legend(**legend)}
 
 
-HOVER_STEPS = 200       # pointable bands across a full-width chart (one per ~4 px)
 # samples drawn of a full-width curve, about one per 3 px: each drawn point costs the browser's reload (an
 # interpreted encoder per point; 668 -> 300 cut ~0.1 s of main-thread time from the page's reload, a CPU profile)
 CURVE_POINTS = 300
@@ -330,13 +326,7 @@ def signed_log(v: np.ndarray) -> np.ndarray:
 def grid_image(z: np.ndarray, top: float) -> str:
     """One function's grid z[up, gate] as a PNG data URL, one pixel per sample, up increasing upwards,
     coloured blue -> grey -> vermillion (GRID_SCALE, linear in RGB) over signed_log in [-top, top]."""
-    t = np.clip(signed_log(np.asarray(z, dtype=float))[::-1] / top, -1, 1)          # [n, n], top row = largest u
-    stops = np.array([[int(c[i:i + 2], 16) for i in (1, 3, 5)] for c in GRID_SCALE], dtype=float)   # [3, 3]
-    low, high = t < 0, np.abs(t)[..., None]
-    rgb = np.where(low[..., None], stops[1] + (stops[0] - stops[1]) * high, stops[1] + (stops[2] - stops[1]) * high)
-    buf = io.BytesIO()
-    Image.fromarray(np.rint(rgb).astype(np.uint8), "RGB").save(buf, "PNG", compress_level=1)
-    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
+    return diverging_png(np.clip(signed_log(np.asarray(z, dtype=float))[::-1] / top, -1, 1), GRID_SCALE)
 
 
 def grid_table(grid: dict) -> pd.DataFrame:
