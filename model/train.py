@@ -151,7 +151,7 @@ def train_step(model: K3Model, opt: torch.optim.Optimizer, micro: list[torch.Ten
     """One optimiser step over the micro-batches `micro` (each [b, T + 1] token ids), then Quantile
     Balancing from the step's whole batch. Returns the loss and the load statistics."""
     for g in opt.param_groups:
-        g["lr"] = lr
+        g["lr"] = lr * g.get("lr_mult", 1.0)
     opt.zero_grad(set_to_none=True)
     cfg = model.cfg
     tokens = sum(ids.shape[0] * (ids.shape[1] - 1) for ids in micro)
@@ -171,6 +171,20 @@ def train_step(model: K3Model, opt: torch.optim.Optimizer, micro: list[torch.Ten
     torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
     opt.step()
     return {"loss": total, **balance_step(model, quantiles, loads)}   # the next step routes with the new bias
+
+
+def make_optimizer(model: K3Model, lr: float, router_lr: float = 1.0) -> torch.optim.AdamW:
+    """AdamW with weight decay 0.1 on matrices except the embedding. With `router_lr` != 1 the routers'
+    W_r form a group of their own at `router_lr` times the schedule's rate, without weight decay."""
+    router = (lambda n: n.endswith("router.weight")) if router_lr != 1.0 else (lambda n: False)
+    groups = {"decay": [], "no_decay": [], "router": []}
+    for n, p in model.named_parameters():
+        kind = "router" if router(n) else "decay" if p.dim() >= 2 and "embed" not in n else "no_decay"
+        groups[kind].append(p)
+    spec = [{"params": groups["decay"], "weight_decay": 0.1}, {"params": groups["no_decay"], "weight_decay": 0.0}]
+    if groups["router"]:
+        spec.append({"params": groups["router"], "weight_decay": 0.0, "lr_mult": router_lr})
+    return torch.optim.AdamW(spec, lr=lr, betas=(0.9, 0.95), fused=True)
 
 
 def compile_attention(model: K3Model) -> None:
@@ -292,7 +306,7 @@ FIT_AFTER = 7           # --fit-minutes: the step after which the number of step
 FIT_RESERVE_S = 60      # ... leaving this much of the budget for evaluation, export and calibration
 
 # arguments a resumed run must share with the saved one: they fix the data order and the schedule
-RESUME_ARGS = ("steps", "batch", "seq", "seed", "lr", "quant_from", "init_from")
+RESUME_ARGS = ("steps", "batch", "seq", "seed", "lr", "quant_from", "init_from", "router_lr")
 WARMUP, WARMUP_CONTINUED = 50, 20     # steps of linear warm-up: from scratch, continuing a checkpoint
 
 
@@ -338,6 +352,8 @@ def main(argv=None):
                          f"at most {CUDA_MICRO} CUDA)")
     ap.add_argument("--seq", type=int, default=128)
     ap.add_argument("--lr", type=float, default=3e-3)
+    ap.add_argument("--router-lr", type=float, default=1.0,
+                    help="the routers' learning rate as a multiple of the schedule's (no weight decay on them when not 1)")
     ap.add_argument("--quant-from", type=float, default=0.7, help="fraction of steps after which MXFP4 is on")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--init-from", type=Path, default=None,
@@ -386,10 +402,7 @@ def main(argv=None):
         print(f"continuing {args.init_from} ({before['card'].get('tokens_seen', 0):,} tokens seen): "
               f"validation loss {before['val']:.3f} on this corpus")
     model.train()
-    decay = [p for n, p in model.named_parameters() if p.dim() >= 2 and "embed" not in n]
-    no_decay = [p for n, p in model.named_parameters() if p.dim() < 2 or "embed" in n]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
-                            lr=args.lr, betas=(0.9, 0.95), fused=True)
+    opt = make_optimizer(model, args.lr, args.router_lr)
 
     runs = args.runs
     runs.mkdir(parents=True, exist_ok=True)

@@ -165,3 +165,22 @@ def test_a_step_is_cut_into_equal_forwards_no_larger_than_asked():
     for n in range(1, 300):
         d = largest_divisor(n, CUDA_MICRO)
         assert n % d == 0 and d <= CUDA_MICRO and not any(n % e == 0 for e in range(d + 1, min(n, CUDA_MICRO) + 1))
+
+
+def test_router_learning_rate_multiple_applies_only_to_the_routers():
+    # --router-lr m: after one step at rate lr, every router weight moved by at most m * lr (Adam's
+    # first step moves each element by lr times its rate, here exactly, with no decay on the routers),
+    # and every other matrix by about lr; m = 1 keeps the two original groups
+    model = K3Model(MICRO).train()
+    assert len(T.make_optimizer(model, 1e-3).param_groups) == 2
+    opt = T.make_optimizer(model, 1e-3, router_lr=10.0)
+    router = [p for n, p in model.named_parameters() if n.endswith("router.weight")]
+    assert len(router) == len(MICRO.moe_layers) and opt.param_groups[2]["params"] == router
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    ids = torch.randint(0, MICRO.vocab_size, (4, 17), generator=torch.Generator().manual_seed(2))
+    T.train_step(model, opt, [ids], 1e-3, quant=False)
+    moved = {n: (p.detach() - before[n]).abs().max().item() for n, p in model.named_parameters()}
+    routers = [moved[n] for n in moved if n.endswith("router.weight")]
+    others = [moved[n] for n, p in model.named_parameters() if p.dim() >= 2 and not n.endswith("router.weight")]
+    assert max(routers) > 5e-3 and max(routers) <= 1e-2 * 1.001      # at 10 x lr, not at lr
+    assert max(others) <= 2.5e-3       # lr, plus the rounding of parameters kept in bf16
