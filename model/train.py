@@ -253,7 +253,8 @@ def calibrate_shipped(tokens: int, passes: int, seed: int = 7, folder: Path = AS
 
 
 PHASE_KEYS = ("steps", "tokens_seen", "batch", "micro_batch", "seq_len", "balancing", "lr", "quant_from_step",
-              "seed", "hardware", "train_minutes", "untrained_val_loss", "final_val_loss", "format_upgrade")
+              "seed", "hardware", "train_minutes", "untrained_val_loss", "final_val_loss", "format_upgrade",
+              "router_lr_multiple")
 
 
 def continued_facts(facts: dict, before: dict) -> dict:
@@ -485,6 +486,7 @@ def main(argv=None):
         "steps": steps_done, "tokens_seen": steps_done * tokens_per_step, "batch": B, "micro_batch": micro,
         "seq_len": args.seq, "balancing": "Quantile Balancing after every step from that step's whole batch (Eq. 14)",
         "lr": args.lr, "quant_from_step": quant_from, "seed": args.seed,
+        **({"router_lr_multiple": args.router_lr} if args.router_lr != 1.0 else {}),   # the card says so
         "hardware": (torch.cuda.get_device_name() if device.type == "cuda"
                      else f"CPU, {torch.get_num_threads()} threads"),
         "train_minutes_this_run": round((time.time() - t_start) / 60, 1),
