@@ -354,7 +354,8 @@ def main(argv=None):
     ap.add_argument("--seq", type=int, default=128)
     ap.add_argument("--lr", type=float, default=3e-3)
     ap.add_argument("--router-lr", type=float, default=1.0,
-                    help="the routers' learning rate as a multiple of the schedule's (no weight decay on them when not 1)")
+                    help="the routers' learning rate as a multiple of the schedule's "
+                         "(no weight decay on them when not 1)")
     ap.add_argument("--quant-from", type=float, default=0.7, help="fraction of steps after which MXFP4 is on")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--init-from", type=Path, default=None,
