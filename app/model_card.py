@@ -9,8 +9,10 @@ from pathlib import Path
 import pandas as pd
 
 from model.accounting import count_params
+from model.checkpoint import card_phases
 from model.config import K3Config, provenance
 
+NUMBER_WORDS = {2: "two", 3: "three", 4: "four", 5: "five"}
 ASSETS = Path(__file__).resolve().parent.parent / "assets"
 CONFIG_FIELDS = (
     "num_layers", "d_model", "vocab_size", "kda_heads", "kda_head_dim", "mla_heads", "q_lora_rank",
@@ -153,25 +155,48 @@ def held_out_summary(ev: dict) -> str | None:
 
 
 def training_phases(card: dict) -> str | None:
-    """How a continued instance was trained, phase by phase (model.train --init-from writes
-    "continued_from" and "continuation" into the card): None for an instance trained in one run."""
-    first, second = card.get("continued_from"), card.get("continuation")
-    if not first or not second:
+    """How a continued instance was trained, phase by phase (model.train --init-from writes the list
+    "phases" into the card; an older card kept two, "continued_from" and "continuation"): None for an
+    instance trained in one run."""
+    phases = card_phases(card)
+    if len(phases) < 2:
         return None
 
     def form(phase):
         return ("its prose unwrapped (hard-wrapped paragraphs joined into one line each)"
                 if phase.get("unwrapped_prose") else "its prose as written, hard-wrapped")
 
-    def quant(phase):
+    def settings(phase):
         q = phase.get("quant_from_step") or 0
-        return ("quantisation-aware throughout" if q == 0 else
-                f"quantisation-aware from step {q:,}")
+        router = (f", the routers' learning rate {phase['router_lr_multiple']:g} times that"
+                  if phase.get("router_lr_multiple", 1) != 1 else "")
+        return (f"peak learning rate {phase['lr']}{router}, seed {phase['seed']}, {phase['train_minutes']} minutes, "
+                + ("quantisation-aware throughout" if q == 0 else f"quantisation-aware from step {q:,}"))
 
-    return (f"two phases. First {first['steps']:,} steps (peak learning rate {first['lr']}, seed {first['seed']}, "
-            f"{first['train_minutes']} minutes, {quant(first)}) on the corpus with {form(first)}: validation "
-            f"loss {first['untrained_val_loss']:.2f} → {first['final_val_loss']:.2f}. Then `--init-from` continued "
-            f"those weights for {second['steps']:,} steps (peak learning rate {second['lr']}, seed {second['seed']}, "
-            f"{second['train_minutes']} minutes, {quant(second)}) on the same pieces with "
-            f"{form(second)}, so that prose continues with words rather than a line break: validation loss on that "
-            f"text {second['start_val_loss']:.2f} → {second['final_val_loss']:.2f}")
+    first = phases[0]
+    text = (f"{NUMBER_WORDS.get(len(phases), len(phases))} phases. First {first['steps']:,} steps "
+            f"({settings(first)}) on the corpus with {form(first)}: validation loss "
+            f"{first['untrained_val_loss']:.2f} → {first['final_val_loss']:.2f}.")
+    for before, phase in zip(phases, phases[1:]):
+        loss = f"{phase['start_val_loss']:.2f} → {phase['final_val_loss']:.2f}"
+        text += f" Then `--init-from` continued those weights for {phase['steps']:,} steps ({settings(phase)}) "
+        if phase.get("unwrapped_prose") != before.get("unwrapped_prose"):
+            text += (f"on the same pieces with {form(phase)}, so that prose continues with words rather than a "
+                     f"line break: validation loss on that text {loss}.")
+        else:
+            text += f"on the same text: validation loss {loss}"
+            text += (", so that the routers learn faster than the experts they choose and sort tokens by kind "
+                     "more sharply (the class-expert information below)." if phase.get("router_lr_multiple", 1) != 1
+                     else ".")
+    return text[:-1]
+
+
+def unwrapped_from_step(card: dict) -> int | None:
+    """The training step from which a continued instance read its prose unwrapped (None if it never did):
+    the steps of the phases before the first unwrapped one."""
+    steps = 0
+    for phase in card_phases(card):
+        if phase.get("unwrapped_prose"):
+            return steps
+        steps += phase["steps"]
+    return None

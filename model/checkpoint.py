@@ -114,6 +114,25 @@ def read_card(card: Path = CARD) -> dict:
     return json.loads(card.read_text())
 
 
+# what a card keeps of each training phase of a continued instance (model.train --init-from)
+PHASE_KEYS = ("steps", "tokens_seen", "batch", "micro_batch", "seq_len", "balancing", "lr", "quant_from_step",
+              "seed", "hardware", "train_minutes", "untrained_val_loss", "final_val_loss", "format_upgrade",
+              "router_lr_multiple")
+
+
+def card_phases(card: dict) -> list[dict]:
+    """The phases a card's instance was trained in, first to last: the list a continued run writes under
+    "phases", the pair an older card kept under "continued_from" and "continuation", or the card itself
+    (one run)."""
+    if card.get("phases"):
+        return list(card["phases"])
+    if card.get("continued_from") and card.get("continuation"):
+        return [card["continued_from"], card["continuation"]]
+    return [{k: card[k] for k in PHASE_KEYS if k in card} | {
+        "corpus_fingerprint": card.get("data", {}).get("corpus_fingerprint"),
+        "unwrapped_prose": card.get("data", {}).get("unwrapped_prose", False)}]
+
+
 def load_pretrained(path: Path = CHECKPOINT, card: Path = CARD,
                     tokenizer_path: Path = TOKENIZER_PATH) -> tuple[K3Model, Tokenizer]:
     """(model, tokenizer) of the shipped live instance, in eval mode, weights verified by checksum."""

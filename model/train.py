@@ -36,7 +36,8 @@ import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 from tqdm import tqdm
 
-from model.checkpoint import ASSETS, CARD, CHECKPOINT, load_pretrained, read_card, save_pretrained
+from model.checkpoint import (ASSETS, CARD, CHECKPOINT, PHASE_KEYS, card_phases, load_pretrained, read_card,
+                              save_pretrained)
 from model.config import K3Config
 from model.corpus import SEPARATOR, CorpusMissing, documents_by_kind, fingerprint, held_out, split
 from model.k3 import K3Model
@@ -252,21 +253,13 @@ def calibrate_shipped(tokens: int, passes: int, seed: int = 7, folder: Path = AS
     return info
 
 
-PHASE_KEYS = ("steps", "tokens_seen", "batch", "micro_batch", "seq_len", "balancing", "lr", "quant_from_step",
-              "seed", "hardware", "train_minutes", "untrained_val_loss", "final_val_loss", "format_upgrade",
-              "router_lr_multiple")
-
-
 def continued_facts(facts: dict, before: dict) -> dict:
-    """The card of a run that continued a checkpoint: totals over both runs (steps, tokens, minutes),
-    the earlier run's facts under "continued_from", this run's under "continuation"."""
+    """The card of a run that continued a checkpoint: totals over all runs (steps, tokens, minutes), and
+    under "phases" the earlier runs' facts followed by this run's."""
     prev = before["card"]
     this = {k: facts[k] for k in PHASE_KEYS if k in facts} | {
         "start_val_loss": round(before["val"], 4), "corpus_fingerprint": facts["data"]["corpus_fingerprint"],
         "unwrapped_prose": facts["data"].get("unwrapped_prose", False)}
-    earlier = {k: prev[k] for k in PHASE_KEYS if k in prev} | {
-        "corpus_fingerprint": prev.get("data", {}).get("corpus_fingerprint"),
-        "unwrapped_prose": prev.get("data", {}).get("unwrapped_prose", False)}
     return facts | {
         "steps": prev["steps"] + facts["steps"], "tokens_seen": prev["tokens_seen"] + facts["tokens_seen"],
         "train_minutes": round(prev.get("train_minutes", 0) + facts["train_minutes"], 1),
@@ -274,7 +267,7 @@ def continued_facts(facts: dict, before: dict) -> dict:
         "quant_from_step": (prev.get("quant_from_step", 0) if facts["quant_from_step"] == 0
                             else prev["steps"] + facts["quant_from_step"]),
         "untrained_val_loss": facts["untrained_val_loss"],
-        "continued_from": earlier, "continuation": this}
+        "phases": card_phases(prev) + [this]}
 
 
 def continued_log(rows_before: list[dict], rows: list[dict], card_before: dict) -> list[dict]:

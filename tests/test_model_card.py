@@ -150,17 +150,26 @@ def test_held_out_summary_states_both_splits_and_the_replaced_instance():
 
 
 def test_training_phases_tell_a_continued_run_phase_by_phase():
-    from app.model_card import training_phases
+    from app.model_card import training_phases, unwrapped_from_step
     assert training_phases({"steps": 1300, "lr": 0.003}) is None           # one run: told in one sentence
+    assert unwrapped_from_step({"steps": 1300, "lr": 0.003}) is None
     first = {"steps": 1300, "lr": 0.003, "seed": 0, "train_minutes": 344.1, "quant_from_step": 909,
              "untrained_val_loss": 8.8146, "final_val_loss": 3.655, "unwrapped_prose": False}
     second = {"steps": 180, "lr": 0.001, "seed": 1, "train_minutes": 34.3, "quant_from_step": 0,
               "start_val_loss": 3.7743, "final_val_loss": 3.6126, "unwrapped_prose": True}
-    text = training_phases({"continued_from": first, "continuation": second})
+    text = training_phases({"continued_from": first, "continuation": second})     # a card before "phases"
     assert text.startswith("two phases. First 1,300 steps (peak learning rate 0.003, seed 0")
     assert "quantisation-aware from step 909" in text and "as written, hard-wrapped: validation loss 8.81 → 3.65" in text
     assert "for 180 steps (peak learning rate 0.001, seed 1" in text and "quantisation-aware throughout" in text
     assert text.index("as written") < text.index("unwrapped") and text.endswith("3.77 → 3.61")
+    assert training_phases({"phases": [first, second]}) == text
+    third = {"steps": 200, "lr": 0.001, "seed": 3, "train_minutes": 50.2, "quant_from_step": 0,
+             "router_lr_multiple": 10.0, "start_val_loss": 3.675, "final_val_loss": 3.66, "unwrapped_prose": True}
+    text = training_phases({"phases": [first, second, third]})
+    assert text.startswith("three phases.") and text.count("`--init-from` continued") == 2
+    assert "for 200 steps (peak learning rate 0.001, the routers' learning rate 10 times that, seed 3" in text
+    assert "on the same text: validation loss 3.67 → 3.66" in text and "learning rate 10 times" not in text[:text.index("200 steps")]
+    assert unwrapped_from_step({"phases": [first, second, third]}) == 1300
 
 
 def test_card_page_draws_its_training_charts_with_vega():

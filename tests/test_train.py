@@ -122,8 +122,16 @@ def test_a_continued_run_card_and_log_count_both_phases():
     card = T.continued_facts(run, {"card": before, "val": 3.7743})
     assert (card["steps"], card["tokens_seen"], card["train_minutes"]) == (1480, 6_062_080, 378.4)
     assert card["quant_from_step"] == 909                      # on since step 909 and all through the second run
-    assert card["continued_from"]["lr"] == 0.003 and card["continued_from"]["unwrapped_prose"] is False
-    assert card["continuation"]["start_val_loss"] == 3.7743 and card["continuation"]["unwrapped_prose"] is True
+    first, second = card["phases"]
+    assert first["lr"] == 0.003 and first["steps"] == 1300 and first["unwrapped_prose"] is False
+    assert second["start_val_loss"] == 3.7743 and second["unwrapped_prose"] is True and second["steps"] == 180
+    # a third run continues the list; an older card's pair of phases is read as its first two
+    third = T.continued_facts(run | {"steps": 200, "tokens_seen": 819_200, "router_lr_multiple": 10.0, "seed": 3},
+                              {"card": card, "val": 3.675})
+    assert [p["steps"] for p in third["phases"]] == [1300, 180, 200]
+    assert (third["steps"], third["tokens_seen"]) == (1680, 6_881_280) and third["phases"][2]["router_lr_multiple"] == 10
+    legacy = {k: v for k, v in card.items() if k != "phases"} | {"continued_from": first, "continuation": second}
+    assert T.continued_facts(run, {"card": legacy, "val": 3.675})["phases"][:2] == [first, second]
     later = T.continued_facts(run | {"quant_from_step": 50}, {"card": before, "val": 3.8})
     assert later["quant_from_step"] == 1350
     rows = T.continued_log([{"step": 0, "tokens": 4096}, {"step": 1299, "tokens": 5_324_800}],

@@ -7,7 +7,7 @@ from app.balance import LIVE_TARGET
 from app.live import banner, live
 from app.model_card import (balanced_floor, config_table, corpus_parts, held_out_summary, load_json,
                             next_token_reading, next_token_table, train_log,
-                            training_phases)
+                            training_phases, unwrapped_from_step)
 from model.config import K3Config
 
 TINY = K3Config.tiny()
@@ -31,8 +31,9 @@ card, ev, log = load_json("k3_tiny.json"), load_json("k3_tiny_eval.json"), train
 # tokens per training step, and the minutes of the whole run (a resumed run's card sums its parts)
 STEP_TOKENS = (card or {}).get("batch", 8) * (card or {}).get("seq_len", 128)
 MINUTES = (card or {}).get("train_minutes", (card or {}).get("train_minutes_this_run", "?"))
-# a continued instance (model.train --init-from) trained in two phases, told one by one
+# a continued instance (model.train --init-from) trained in phases, told one by one
 PHASES = training_phases(card) if card else None
+UNWRAPPED_FROM = unwrapped_from_step(card) if card else None
 
 st.subheader("What it was trained on")
 if card:
@@ -189,9 +190,9 @@ if log is not None:
                   f"perfectly balanced router at {balanced_floor(STEP_TOKENS)['worst_layer']:.1f} here, so read the trend, "
                   "not the level; "
                   "almost no expert is left without tokens. Shaded: the quantisation-aware phase."
-                  + (f" From step {card['continued_from']['steps']:,} on, the text's prose is unwrapped, so the "
+                  + (f" From step {UNWRAPPED_FROM:,} on, the text's prose is unwrapped, so the "
                      "validation loss there is measured on the unwrapped held-out text (a step up where the "
-                     "phases meet: the same pieces, tokenised differently)." if PHASES else ""),
+                     "phases meet: the same pieces, tokenised differently)." if UNWRAPPED_FROM else ""),
                   alt="Training loss, validation loss and expert load balance per training step.", key="card_training")
     ui.vega_chart(bias_spec(log),
                   "How far apart the balancing biases of the experts sit: after every step QB sets them "
