@@ -14,6 +14,7 @@ out and still measurable (`split(documents(kinds=OLD_KINDS))`).
 from __future__ import annotations
 
 import ast
+import gzip
 import hashlib
 import re
 import sys
@@ -66,12 +67,27 @@ def source_code(max_chars: int = 2_000_000) -> list[str]:
 
 
 # Debian's python3.X-doc keeps the reStructuredText source of every page of the documentation here
-GUIDE_ROOT = Path(f"/usr/share/doc/python{sys.version_info.major}.{sys.version_info.minor}/html/_sources")
+DOC_ROOT = Path("/usr/share/doc")
+GUIDE_PACKAGE = f"python{sys.version_info.major}.{sys.version_info.minor}-doc"
+GUIDE_ROOT = DOC_ROOT / f"python{sys.version_info.major}.{sys.version_info.minor}" / "html" / "_sources"
 GUIDE_PARTS = ("tutorial", "howto", "faq", "library", "using")
 # pages whose text pydoc_data's topics (the "manual" kind) already hold: left out, so that a held-out
 # manual topic is not training text under another name
 GUIDE_SKIP = {"library/stdtypes.rst.txt", "library/pdb.rst.txt", "library/string.rst.txt"}
 ROLE = re.compile(r":(?:[a-z]+:)?[a-z]+:`")        # :func:`len`, :c:func:`x` -> `len`, `x`
+
+
+def guide_package() -> str | None:
+    """The Debian package the documentation pages come from and its version, e.g. "python3.11-doc
+    3.11.2-6+deb12u8" (from its changelog; None where it is not installed). Debian's updates of the
+    package change a few pages, and so the corpus and its fingerprint: a card records which it read."""
+    changelog = DOC_ROOT / GUIDE_PACKAGE / "changelog.Debian.gz"
+    try:
+        with gzip.open(changelog, "rt", encoding="utf-8") as f:
+            m = re.match(r"\S+ \(([^)]+)\)", f.readline())
+    except (OSError, EOFError, UnicodeDecodeError):
+        return None
+    return f"{changelog.parent.name} {m.group(1)}" if m else None
 
 
 class CorpusMissing(RuntimeError):
@@ -84,7 +100,7 @@ def guide_pages() -> list[str]:
     reference repeats word for word, say): so no held-out text of one kind is training text of another."""
     if not GUIDE_ROOT.is_dir():
         raise CorpusMissing(f"{GUIDE_ROOT} is missing: the corpus needs Debian's Python documentation "
-                            f"(apt-get install -y python{sys.version_info.major}.{sys.version_info.minor}-doc)")
+                            f"(apt-get install -y {GUIDE_PACKAGE})")
     known = {p for kind in OLD_KINDS for text in SOURCES[kind]() for p in paragraphs(text)}
     out = []
     for part in GUIDE_PARTS:

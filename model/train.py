@@ -39,7 +39,7 @@ from tqdm import tqdm
 from model.checkpoint import (ASSETS, CARD, CHECKPOINT, PHASE_KEYS, card_phases, load_pretrained, read_card,
                               save_pretrained)
 from model.config import K3Config
-from model.corpus import SEPARATOR, CorpusMissing, documents_by_kind, fingerprint, held_out, split
+from model.corpus import SEPARATOR, CorpusMissing, documents_by_kind, fingerprint, guide_package, held_out, split
 from model.k3 import K3Model
 from model.moe import QuantileHistogram, StepQuantile, expert_load
 from model.tokenizer import Tokenizer
@@ -79,7 +79,8 @@ def token_arrays(tok: Tokenizer, unwrap_prose: bool = True) -> tuple[np.ndarray,
     # keyed by the corpus, its split and the tokenizer: a change to any of them re-tokenises
     cache = RUNS / f"tokens-{key}-{tok.digest()}.npz"
     train_docs, val_docs = split(docs)
-    facts = {"corpus_fingerprint": key, "unwrapped_prose": unwrap_prose, "documents": len(docs), "train_documents": len(train_docs),
+    facts = {"corpus_fingerprint": key, "guide_package": guide_package(), "unwrapped_prose": unwrap_prose,
+             "documents": len(docs), "train_documents": len(train_docs),
              "val_documents": len(val_docs), "train_chars": sum(len(d) for d in train_docs),
              "kinds": {k: sum(len(d) for i, (kk, d) in enumerate(zip(kinds, docs)) if kk == k and not held_out(i))
                        for k in by_kind}}           # training characters of each kind of text

@@ -109,6 +109,22 @@ def test_fingerprint_sees_boundaries_and_split():
     assert corpus.fingerprint(["ab", "c"]) == corpus.fingerprint(["ab", "c"])
 
 
+def test_guide_package_names_the_installed_documentation_package(tmp_path, monkeypatch):
+    """The card records which revision of the documentation package the corpus was built from (Debian's
+    updates change a few pages, and so the fingerprint); read from the package's changelog."""
+    import gzip
+    folder = tmp_path / corpus.GUIDE_PACKAGE
+    folder.mkdir()
+    with gzip.open(folder / "changelog.Debian.gz", "wt") as f:
+        f.write("python3.11 (3.11.2-6+deb12u8) bookworm; urgency=medium\n\n  * Security update.\n")
+    monkeypatch.setattr(corpus, "DOC_ROOT", tmp_path)
+    assert corpus.guide_package() == f"{corpus.GUIDE_PACKAGE} 3.11.2-6+deb12u8"
+    (folder / "changelog.Debian.gz").write_bytes(b"not gzip")
+    assert corpus.guide_package() is None                          # unreadable: no version claimed
+    (folder / "changelog.Debian.gz").unlink()
+    assert corpus.guide_package() is None                          # not installed
+
+
 def test_unwrap_joins_wrapped_prose_and_leaves_code_lists_and_examples():
     wrapped = ("   If the argument is omitted, the default value of the parameter is taken from the\n"
                "   configuration, which is read once when the module is first imported and then\n"
