@@ -184,7 +184,11 @@ def training_phases(card: dict) -> str | None:
             text += (f"on the same pieces with {form(phase)}, so that prose continues with words rather than a "
                      f"line break: validation loss on that text {loss}.")
         else:
-            text += f"on the same text: validation loss {loss}"
+            same = phase.get("corpus_fingerprint") == before.get("corpus_fingerprint")
+            text += ("on the same text" if same else
+                     "on the same pieces in the same form, rebuilt from the Debian documentation package "
+                     "installed then (a few of its pages differ, so the corpus fingerprint does)")
+            text += f": validation loss {loss}"
             text += (", so that the routers learn faster than the experts they choose and sort tokens by kind "
                      "more sharply (the class-expert information below)." if phase.get("router_lr_multiple", 1) != 1
                      else ".")

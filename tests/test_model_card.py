@@ -163,12 +163,17 @@ def test_training_phases_tell_a_continued_run_phase_by_phase():
     assert "for 180 steps (peak learning rate 0.001, seed 1" in text and "quantisation-aware throughout" in text
     assert text.index("as written") < text.index("unwrapped") and text.endswith("3.77 → 3.61")
     assert training_phases({"phases": [first, second]}) == text
-    third = {"steps": 200, "lr": 0.001, "seed": 3, "train_minutes": 50.2, "quant_from_step": 0,
-             "router_lr_multiple": 10.0, "start_val_loss": 3.675, "final_val_loss": 3.66, "unwrapped_prose": True}
+    second["corpus_fingerprint"] = "b5e38766b51d9d73"
+    third = {"steps": 200, "lr": 0.001, "seed": 3, "train_minutes": 50.2, "quant_from_step": 0, "router_lr_multiple": 10.0,
+             "start_val_loss": 3.675, "final_val_loss": 3.66, "unwrapped_prose": True, "corpus_fingerprint": "b5e38766b51d9d73"}
     text = training_phases({"phases": [first, second, third]})
     assert text.startswith("three phases.") and text.count("`--init-from` continued") == 2
     assert "for 200 steps (peak learning rate 0.001, the routers' learning rate 10 times that, seed 3" in text
     assert "on the same text: validation loss 3.67 → 3.66" in text and "learning rate 10 times" not in text[:text.index("200 steps")]
+    # same form, but a corpus rebuilt from another revision of the documentation package: not "the same text"
+    rebuilt = training_phases({"phases": [first, second, third | {"corpus_fingerprint": "2c378d41027df539"}]})
+    assert "on the same text" not in rebuilt and "rebuilt from the Debian documentation package" in rebuilt
+    assert "so the corpus fingerprint does): validation loss 3.67 → 3.66" in rebuilt
     assert unwrapped_from_step({"phases": [first, second, third]}) == 1300
 
 
