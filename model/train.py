@@ -199,15 +199,17 @@ def compile_attention(model: K3Model) -> None:
 
 @torch.no_grad()
 def calibrate_balance(model: K3Model, data: np.ndarray, tokens: int = 65536, passes: int = 4,
-                      B: int = 8, T: int = 128, seed: int = 7, log=print) -> list[float]:
+                      B: int = 8, T: int = 128, seed: int = 7, log=print, step: float = 1.0) -> list[float]:
     """Quantile Balancing with `tokens` tokens per update, the biases of all MoE layers at once.
 
     A CPU training step holds 1,024 tokens, ~18 per expert: its quantile is noisy, so the biases a
     training run ends with balance the batches they came from but not the next. K3 updates its biases
     from the routing of very large batches; this phase does the same with the trained weights frozen:
     per pass it routes `tokens` training tokens with the current biases, accumulates each layer's
-    QuantileHistogram (counts add over micro-batches), then sets every bias to the histogram's QB
-    solution. Later layers see inputs that depend on earlier selections, so a few passes settle it.
+    QuantileHistogram (counts add over micro-batches), then moves every bias `step` of the way to the
+    histogram's QB solution (1: all the way). Each expert's solution assumes the others' biases stay,
+    so experts competing for the same tokens overshoot together; a step below 1 damps that swing. Later
+    layers see inputs that depend on earlier selections, so a few passes settle it.
     Returns the median over layers of max/mean load measured during each pass (before its update).
     """
     model.eval()
@@ -231,20 +233,21 @@ def calibrate_balance(model: K3Model, data: np.ndarray, tokens: int = 65536, pas
             f"over {len(layers)} layers (biases as they entered the pass)")
         for i in layers:
             bias = model.layers[i].ffn.router.expert_bias
-            bias.copy_(hists[i].bias().to(bias.device, bias.dtype))
+            target = hists[i].bias().to(bias.device, torch.float32)
+            bias.copy_((bias.float() + step * (target - bias.float())).to(bias.dtype))
     return history
 
 
-def calibrate_shipped(tokens: int, passes: int, seed: int = 7, folder: Path = ASSETS) -> dict:
+def calibrate_shipped(tokens: int, passes: int, seed: int = 7, folder: Path = ASSETS, step: float = 1.0) -> dict:
     """Load the shipped checkpoint, calibrate its biases, write it back with the facts kept."""
     path, card = folder / CHECKPOINT.name, folder / CARD.name
     model, tok = load_pretrained(path, card)
     train, _, _ = token_arrays(tok)
     t0 = time.time()
-    history = calibrate_balance(model, train, tokens, passes, seed=seed)
+    history = calibrate_balance(model, train, tokens, passes, seed=seed, step=step)
     facts = {k: v for k, v in read_card(card).items() if k not in ("file", "sha256", "bytes", "config")}
     facts["balance_calibration"] = {
-        "tokens_per_update": tokens, "passes": passes, "seed": seed, "data": "training split",
+        "tokens_per_update": tokens, "passes": passes, "seed": seed, "step": step, "data": "training split",
         "median_max_mean_load_by_pass": [round(h, 3) for h in history],
         "minutes": round((time.time() - t0) / 60, 1),
         "what": "Quantile Balancing of the expert biases only, on the shipped (MXFP4/bf16) weights",
@@ -363,13 +366,16 @@ def main(argv=None):
     ap.add_argument("--out", type=Path, default=ASSETS, help="folder the finished checkpoint, card and log go to")
     ap.add_argument("--calibrate-tokens", type=int, default=65536, help="tokens per bias update at the end")
     ap.add_argument("--calibrate-passes", type=int, default=4)
+    ap.add_argument("--calibrate-step", type=float, default=1.0,
+                    help="each pass moves the biases this fraction of the way to its QB solution (below 1 damps "
+                         "the swing of experts that compete for the same tokens)")
     ap.add_argument("--calibrate-only", action="store_true",
                     help="only re-balance the biases of the shipped checkpoint (no training)")
     args = ap.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.calibrate_only:
-        calibrate_shipped(args.calibrate_tokens, args.calibrate_passes, folder=args.out)
+        calibrate_shipped(args.calibrate_tokens, args.calibrate_passes, folder=args.out, step=args.calibrate_step)
         return
 
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -504,7 +510,7 @@ def main(argv=None):
 
     print(f"saved {info['file']} ({info['bytes'] / 1e6:.1f} MB), val loss {untrained_val:.3f} -> {final_val:.3f}")
     if args.calibrate_passes > 0:
-        calibrate_shipped(args.calibrate_tokens, args.calibrate_passes, folder=args.out)
+        calibrate_shipped(args.calibrate_tokens, args.calibrate_passes, folder=args.out, step=args.calibrate_step)
 
 
 if __name__ == "__main__":

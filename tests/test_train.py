@@ -192,3 +192,28 @@ def test_router_learning_rate_multiple_applies_only_to_the_routers():
     others = [moved[n] for n, p in model.named_parameters() if p.dim() >= 2 and not n.endswith("router.weight")]
     assert max(routers) > 5e-3 and max(routers) <= 1e-2 * 1.001      # at 10 x lr, not at lr
     assert max(others) <= 2.5e-3       # lr, plus the rounding of parameters kept in bf16
+
+
+def test_calibration_moves_each_bias_to_the_qb_solution_of_its_pass_or_a_step_of_the_way():
+    """calibrate_balance: with step 1 every bias becomes the exact QB solution (quantile_balance) of the
+    tokens the pass routed, within the histogram's resolution; with step 0.5 it moves half of the way."""
+    torch.manual_seed(0)
+    model = K3Model(MICRO).eval()
+    for i in MICRO.moe_layers:
+        model.layers[i].ffn.router.expert_bias.copy_(torch.randn(MICRO.n_routed_experts) * 0.05)
+    data = np.random.default_rng(0).integers(0, MICRO.vocab_size, 5000).astype(np.uint16)
+    start = {i: model.layers[i].ffn.router.expert_bias.clone() for i in MICRO.moe_layers}
+    full, half = copy.deepcopy(model), copy.deepcopy(model)
+    quiet = dict(tokens=256, passes=1, B=4, T=32, seed=7, log=lambda *_: None)
+    history = T.calibrate_balance(full, data, **quiet)
+    T.calibrate_balance(half, data, step=0.5, **quiet)
+    assert len(history) == 1 and history[0] >= 1.0
+    rng = np.random.default_rng([7, 0])                       # the batches of pass 1, routed with the start biases
+    routes = [model(T.batch(data, rng, 4, 32, "cpu")).trace.routes for _ in range(2)]
+    for i in MICRO.moe_layers:
+        scores = torch.cat([r[i].scores.reshape(-1, MICRO.n_routed_experts) for r in routes]).float()
+        want = quantile_balance(scores, start[i], MICRO.top_k)
+        bin_width = (float(start[i].max()) - float(start[i].min()) + 2) / 1000
+        got = full.layers[i].ffn.router.expert_bias
+        assert (got - want).abs().max() <= 2 * bin_width
+        torch.testing.assert_close(half.layers[i].ffn.router.expert_bias, (start[i] + got) / 2, rtol=0, atol=1e-6)
