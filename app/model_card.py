@@ -189,9 +189,11 @@ def training_phases(card: dict) -> str | None:
                      "on the same pieces in the same form, rebuilt from the Debian documentation package "
                      "installed then (a few of its pages differ, so the corpus fingerprint does)")
             text += f": validation loss {loss}"
+            multiple = phase.get("router_lr_multiple", 1)
             text += (", so that the routers learn faster than the experts they choose and sort tokens by kind "
-                     "more sharply (the class-expert information below)." if phase.get("router_lr_multiple", 1) != 1
-                     else ".")
+                     "more sharply (the class-expert information below)." if multiple > 1 else
+                     ", so that the routing the phase before learned changes slowly while the experts and "
+                     "the rest of the model adapt to it." if multiple < 1 else ".")
     return text[:-1]
 
 

@@ -174,6 +174,13 @@ def test_training_phases_tell_a_continued_run_phase_by_phase():
     rebuilt = training_phases({"phases": [first, second, third | {"corpus_fingerprint": "2c378d41027df539"}]})
     assert "on the same text" not in rebuilt and "rebuilt from the Debian documentation package" in rebuilt
     assert "so the corpus fingerprint does): validation loss 3.67 → 3.66" in rebuilt
+    # a phase that slows the routers down gives its own reason, not the faster routers' one
+    fourth = third | {"steps": 165, "router_lr_multiple": 0.5, "start_val_loss": 3.756, "final_val_loss": 3.7049}
+    text = training_phases({"phases": [first, second, third, fourth]})
+    assert text.startswith("four phases.") and text.count("`--init-from` continued") == 3
+    assert text.count("learn faster than the experts") == 1 and "learning rate 0.5 times that" in text
+    assert text.endswith("3.76 → 3.70, so that the routing the phase before learned changes slowly while the "
+                         "experts and the rest of the model adapt to it")
     assert unwrapped_from_step({"phases": [first, second, third]}) == 1300
 
 
