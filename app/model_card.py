@@ -103,7 +103,9 @@ def corpus_parts(data: dict) -> str | None:
     if not kinds:
         return None
     total = sum(kinds.values())
-    return "; ".join(f"{KIND_NAMES.get(k, k)} ({c / total:.0%})" for k, c in kinds.items())
+    names = KIND_NAMES | ({"guide": KIND_NAMES["guide"].replace("python3.11-doc", data["guide_package"])}
+                          if data.get("guide_package") else {})       # the package's version, where recorded
+    return "; ".join(f"{names.get(k, k)} ({c / total:.0%})" for k, c in kinds.items())
 
 
 def next_token_reading(next_tokens: dict) -> str:

@@ -149,6 +149,15 @@ def test_held_out_summary_states_both_splits_and_the_replaced_instance():
     assert "in that form: **3.60** (unigram 6.90)" in text and "**4.20**" in text
 
 
+def test_corpus_parts_name_the_documentation_package_version_where_the_card_records_it():
+    from app.model_card import corpus_parts
+    kinds = {"docstring": 1, "manual": 1, "code": 1, "guide": 1}
+    assert "Debian's python3.11-doc) (25%)" in corpus_parts({"kinds": kinds})       # an older card: no version
+    text = corpus_parts({"kinds": kinds, "guide_package": "python3.11-doc 3.11.2-6+deb12u8"})
+    assert "Debian's python3.11-doc 3.11.2-6+deb12u8) (25%)" in text and text.count("python3.11-doc") == 1
+    assert corpus_parts({}) is None
+
+
 def test_training_phases_tell_a_continued_run_phase_by_phase():
     from app.model_card import training_phases, unwrapped_from_step
     assert training_phases({"steps": 1300, "lr": 0.003}) is None           # one run: told in one sentence
