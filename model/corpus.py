@@ -68,8 +68,9 @@ def source_code(max_chars: int = 2_000_000) -> list[str]:
 
 # Debian's python3.X-doc keeps the reStructuredText source of every page of the documentation here
 DOC_ROOT = Path("/usr/share/doc")
-GUIDE_PACKAGE = f"python{sys.version_info.major}.{sys.version_info.minor}-doc"
-GUIDE_ROOT = DOC_ROOT / f"python{sys.version_info.major}.{sys.version_info.minor}" / "html" / "_sources"
+PYTHON = f"python{sys.version_info.major}.{sys.version_info.minor}"
+GUIDE_PACKAGE = f"{PYTHON}-doc"
+GUIDE_ROOT = DOC_ROOT / PYTHON / "html" / "_sources"
 GUIDE_PARTS = ("tutorial", "howto", "faq", "library", "using")
 # pages whose text pydoc_data's topics (the "manual" kind) already hold: left out, so that a held-out
 # manual topic is not training text under another name
