@@ -170,7 +170,9 @@ def training_phases(card: dict) -> str | None:
 
     def settings(phase):
         q = phase.get("quant_from_step") or 0
+        layers = phase.get("router_layers")
         router = (f", the routers' learning rate {phase['router_lr_multiple']:g} times that"
+                  + (f" in MoE layers {layers[0]}-{layers[1]}" if layers else "")
                   if phase.get("router_lr_multiple", 1) != 1 else "")
         return (f"peak learning rate {phase['lr']}{router}, seed {phase['seed']}, {phase['train_minutes']} minutes, "
                 + ("quantisation-aware throughout" if q == 0 else f"quantisation-aware from step {q:,}"))

@@ -117,7 +117,7 @@ def read_card(card: Path = CARD) -> dict:
 # what a card keeps of each training phase of a continued instance (model.train --init-from)
 PHASE_KEYS = ("steps", "tokens_seen", "batch", "micro_batch", "seq_len", "balancing", "lr", "quant_from_step",
               "seed", "hardware", "train_minutes", "untrained_val_loss", "final_val_loss", "format_upgrade",
-              "router_lr_multiple")
+              "router_lr_multiple", "router_layers")
 
 
 def card_phases(card: dict) -> list[dict]:

@@ -175,10 +175,16 @@ def train_step(model: K3Model, opt: torch.optim.Optimizer, micro: list[torch.Ten
     return {"loss": total, **balance_step(model, quantiles, loads)}   # the next step routes with the new bias
 
 
-def make_optimizer(model: K3Model, lr: float, router_lr: float = 1.0) -> torch.optim.AdamW:
+def make_optimizer(model: K3Model, lr: float, router_lr: float = 1.0,
+                   router_layers: tuple[int, int] | None = None) -> torch.optim.AdamW:
     """AdamW with weight decay 0.1 on matrices except the embedding. With `router_lr` != 1 the routers'
-    W_r form a group of their own at `router_lr` times the schedule's rate, without weight decay."""
-    router = (lambda n: n.endswith("router.weight")) if router_lr != 1.0 else (lambda n: False)
+    W_r form a group of their own at `router_lr` times the schedule's rate, without weight decay: those of
+    every MoE layer, or with `router_layers` (first, last) those of layers first..last only (the others
+    stay with the matrices)."""
+    lo, hi = router_layers or (0, len(model.layers))
+
+    def router(n: str) -> bool:       # parameter names read layers.<i>.ffn.router.weight
+        return router_lr != 1.0 and n.endswith("router.weight") and lo <= int(n.split(".")[1]) <= hi
     groups = {"decay": [], "no_decay": [], "router": []}
     for n, p in model.named_parameters():
         kind = "router" if router(n) else "decay" if p.dim() >= 2 and "embed" not in n else "no_decay"
@@ -187,6 +193,17 @@ def make_optimizer(model: K3Model, lr: float, router_lr: float = 1.0) -> torch.o
     if groups["router"]:
         spec.append({"params": groups["router"], "weight_decay": 0.0, "lr_mult": router_lr})
     return torch.optim.AdamW(spec, lr=lr, betas=(0.9, 0.95), fused=True)
+
+
+def layer_range(text: str) -> tuple[int, int]:
+    """--router-layers: "47-92" -> (47, 92); a clear error for anything else."""
+    try:
+        first, last = (int(part) for part in text.split("-"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not FIRST-LAST, e.g. 47-92") from None
+    if not 0 <= first <= last:
+        raise argparse.ArgumentTypeError(f"{text!r}: need 0 <= FIRST <= LAST")
+    return first, last
 
 
 def compile_attention(model: K3Model) -> None:
@@ -295,8 +312,13 @@ def save_state(model, opt, step: int, args: dict, path: Path = RUNS / "state", m
     tmp = path.with_suffix(".tmp")
     save_file(tensors, str(tmp))
     tmp.replace(path.with_suffix(".safetensors"))
-    args = {k: (str(v) if isinstance(v, Path) else v) for k, v in args.items()}
-    path.with_suffix(".json").write_text(json.dumps({"step": step, "args": args, **(meta or {})}))
+    path.with_suffix(".json").write_text(json.dumps({"step": step, "args": plain_args(args), **(meta or {})}))
+
+
+def plain_args(args: dict) -> dict:
+    """A run's arguments as its state file keeps them (paths as text, tuples as lists), so that a resumed
+    run's arguments compare with the saved ones."""
+    return json.loads(json.dumps({k: (str(v) if isinstance(v, Path) else v) for k, v in args.items()}))
 
 
 CUDA_MICRO = 192        # sequences per forward on a GPU unless --micro says otherwise
@@ -304,7 +326,7 @@ FIT_AFTER = 7           # --fit-minutes: the step after which the number of step
 FIT_RESERVE_S = 60      # ... leaving this much of the budget for evaluation, export and calibration
 
 # arguments a resumed run must share with the saved one: they fix the data order and the schedule
-RESUME_ARGS = ("steps", "batch", "seq", "seed", "lr", "quant_from", "init_from", "router_lr")
+RESUME_ARGS = ("steps", "batch", "seq", "seed", "lr", "quant_from", "init_from", "router_lr", "router_layers")
 WARMUP, WARMUP_CONTINUED = 50, 20     # steps of linear warm-up: from scratch, continuing a checkpoint
 
 
@@ -318,6 +340,7 @@ def load_state(model, opt, path: Path = RUNS / "state", expect: dict | None = No
             raise SystemExit(f"{path.with_suffix('.json')} was saved by a run with another {key.replace('_', ' ')} "
                              f"than this one: start over with --fresh (or point --runs at another folder)")
     saved = meta.get("args", {})
+    args = plain_args(args) if args is not None else None
     for key in RESUME_ARGS:
         if args is not None and key in saved and saved[key] is not None and args.get(key) != saved[key]:
             raise SystemExit(f"the saved run used --{key.replace('_', '-')} {saved[key]}, this one "
@@ -353,6 +376,8 @@ def main(argv=None):
     ap.add_argument("--router-lr", type=float, default=1.0,
                     help="the routers' learning rate as a multiple of the schedule's "
                          "(no weight decay on them when not 1)")
+    ap.add_argument("--router-layers", type=layer_range, default=None, metavar="FIRST-LAST",
+                    help="give --router-lr to the routers of layers FIRST..LAST only (e.g. 47-92; default all)")
     ap.add_argument("--quant-from", type=float, default=0.7, help="fraction of steps after which MXFP4 is on")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--init-from", type=Path, default=None,
@@ -372,6 +397,10 @@ def main(argv=None):
     ap.add_argument("--calibrate-only", action="store_true",
                     help="only re-balance the biases of the shipped checkpoint (no training)")
     args = ap.parse_args(argv)
+    moe_layers = K3Config.tiny().moe_layers
+    if args.router_layers and not set(range(args.router_layers[0], args.router_layers[1] + 1)) & set(moe_layers):
+        raise SystemExit(f"--router-layers {args.router_layers[0]}-{args.router_layers[1]} holds no MoE layer "
+                         f"(they are {moe_layers[0]}-{moe_layers[-1]})")
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.calibrate_only:
@@ -404,7 +433,7 @@ def main(argv=None):
         print(f"continuing {args.init_from} ({before['card'].get('tokens_seen', 0):,} tokens seen): "
               f"validation loss {before['val']:.3f} on this corpus")
     model.train()
-    opt = make_optimizer(model, args.lr, args.router_lr)
+    opt = make_optimizer(model, args.lr, args.router_lr, args.router_layers)
 
     runs = args.runs
     runs.mkdir(parents=True, exist_ok=True)
@@ -488,6 +517,7 @@ def main(argv=None):
         "seq_len": args.seq, "balancing": "Quantile Balancing after every step from that step's whole batch (Eq. 14)",
         "lr": args.lr, "quant_from_step": quant_from, "seed": args.seed,
         **({"router_lr_multiple": args.router_lr} if args.router_lr != 1.0 else {}),   # the card says so
+        **({"router_layers": list(args.router_layers)} if args.router_lr != 1.0 and args.router_layers else {}),
         "hardware": (torch.cuda.get_device_name() if device.type == "cuda"
                      else f"CPU, {torch.get_num_threads()} threads"),
         "train_minutes_this_run": round((time.time() - t_start) / 60, 1),

@@ -183,6 +183,9 @@ def test_training_phases_tell_a_continued_run_phase_by_phase():
     rebuilt = training_phases({"phases": [first, second, third | {"corpus_fingerprint": "2c378d41027df539"}]})
     assert "on the same text" not in rebuilt and "rebuilt from the Debian documentation package" in rebuilt
     assert "so the corpus fingerprint does): validation loss 3.67 → 3.66" in rebuilt
+    # routers of some layers only: the card names them
+    some = training_phases({"phases": [first, second, third | {"router_layers": [33, 92]}]})
+    assert "the routers' learning rate 10 times that in MoE layers 33-92, seed 3" in some
     # a phase that slows the routers down gives its own reason, not the faster routers' one
     fourth = third | {"steps": 165, "router_lr_multiple": 0.5, "start_val_loss": 3.756, "final_val_loss": 3.7049}
     text = training_phases({"phases": [first, second, third, fourth]})

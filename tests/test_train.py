@@ -1,6 +1,7 @@
 """The training step (model/train.py): one step's Quantile Balancing, resuming, the GPU script."""
 from __future__ import annotations
 
+import argparse
 import copy
 import json
 import os
@@ -84,6 +85,13 @@ def test_resume_refuses_another_run(tmp_path):
                      expect={**meta, "config": K3Config.tiny().to_dict()})
     with pytest.raises(SystemExit, match="--batch 2, this one 8"):
         T.load_state(fresh, fresh_opt, tmp_path / "state", expect=meta, args={**args, "batch": 8})
+    # a continued run (--init-from, a path) with routers of some layers at their own rate (a tuple)
+    # resumes: the state file keeps them as text and a list, and they still compare equal
+    cont = {**args, "init_from": Path("assets/k3_tiny.safetensors"), "router_lr": 10.0, "router_layers": (2, 3)}
+    T.save_state(model, opt, 1, cont, tmp_path / "cont", meta)
+    assert T.load_state(fresh, fresh_opt, tmp_path / "cont", expect=meta, args=cont) == 1
+    with pytest.raises(SystemExit, match="--router-layers \\[2, 3\\], this one \\[1, 3\\]"):
+        T.load_state(fresh, fresh_opt, tmp_path / "cont", expect=meta, args={**cont, "router_layers": (1, 3)})
 
 
 def test_token_arrays_fall_back_to_one_carried_cache_where_the_pages_are_missing(tmp_path, monkeypatch):
@@ -192,6 +200,24 @@ def test_router_learning_rate_multiple_applies_only_to_the_routers():
     others = [moved[n] for n, p in model.named_parameters() if p.dim() >= 2 and not n.endswith("router.weight")]
     assert max(routers) > 5e-3 and max(routers) <= 1e-2 * 1.001      # at 10 x lr, not at lr
     assert max(others) <= 2.5e-3       # lr, plus the rounding of parameters kept in bf16
+
+
+def test_router_layers_take_the_multiple_only_in_the_layers_named():
+    # --router-layers 2-3: the routers of layers 2 and 3 form the fast group; layer 1's router stays with
+    # the matrices (weight decay 0.1, the schedule's rate); a range with no MoE layer, or no range, is refused
+    model = K3Model(MICRO).train()
+    assert MICRO.moe_layers[0] == 1 and len(MICRO.moe_layers) >= 3
+    opt = T.make_optimizer(model, 1e-3, router_lr=10.0, router_layers=(2, 3))
+    names = {id(p): n for n, p in model.named_parameters()}
+    fast = sorted(names[id(p)] for p in opt.param_groups[2]["params"])
+    assert fast == ["layers.2.ffn.router.weight", "layers.3.ffn.router.weight"]
+    assert "layers.1.ffn.router.weight" in {names[id(p)] for p in opt.param_groups[0]["params"]}
+    assert T.layer_range("47-92") == (47, 92)
+    for bad in ("47", "92-47", "a-b", "-3-4"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            T.layer_range(bad)
+    with pytest.raises(SystemExit, match="holds no MoE layer"):
+        T.main(["--router-lr", "10", "--router-layers", "0-0", "--steps", "1"])
 
 
 def test_calibration_moves_each_bias_to_the_qb_solution_of_its_pass_or_a_step_of_the_way():
