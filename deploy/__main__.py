@@ -1,4 +1,4 @@
-"""python -m deploy: N Streamlit replicas behind a private nginx (see deploy/launcher.py and deploy/README.md)."""
+"""python -m deploy: N Streamlit replicas behind a private nginx (see deploy/launcher.py and docs/DEPLOY.md)."""
 import sys
 
 from deploy.launcher import main

@@ -1,6 +1,9 @@
-"""The project's documents: every document the code names is in the repository, every section, claim and
-page it cites exists there, the Claims page's quotations match docs/REFERENCES.md and (when the original
-articles are beside the checkout) are verbatim, and docs/ is written in the project's own words."""
+"""The project's documents: every document and every file the code and the documents name is in the
+repository, every section, claim and page it cites exists there, the Claims page's quotations match
+docs/REFERENCES.md and (when the original articles are beside the checkout) are verbatim, docs/ is
+written in the project's own words, the README stays short, no document reads like a lab notebook, and
+the figures the documents quote about the live instance are the ones its files hold."""
+import json
 import re
 from pathlib import Path
 
@@ -12,14 +15,25 @@ ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
 SEEDS = ROOT.parent / "shared" / "seeds"
 SEED_FILES = {"mechanics": "000_f1ec70fc68389b0f.txt", "trillion": "002_61a6f9ff481cf13e.txt"}
-SOURCE_DIRS = ("app", "model", "views", "tests", "bench")
+SOURCE_DIRS = ("app", "model", "views", "tests", "bench", "deploy")
 DOC_NAME = re.compile(r"\b(?:docs/)?([A-Z][A-Z_]+\.md)\b")
+# a file named with its folder ("deploy/k3-explorer.conf", "docs/APP.md", "bench/capacity.py"); a folder
+# alone, a glob ("tests/test_*_page.py") or a template ("assets/{name}") is not a file name
+CITED_PATH = re.compile(r"(?<![\w./-])((?:app|assets|bench|deploy|docs|model|tests|views)/[\w./-]*"
+                        r"\.(?:conf|csv|json|md|npz|py|safetensors|sh|toml|txt))\b")
+OTHER_REPO = re.compile(r"github\.com/|huggingface\.co/")   # a path on such a line is that repository's
+README_MAX_LINES = 150
+# what a dated run log or a development diary looks like (history belongs to git, not to the documents)
+LOG_TELLS = re.compile(r"this (?:morning|session|round)|today's (?:run|host)|earlier attempts"
+                       r"|[0-9]{4}-[0-9]{2}-[0-9]{2}[,:)]|the step before this|\(commit [0-9a-f]{7}|on a lent",
+                       re.I)
 
 
 def sources() -> list[Path]:
     files = [ROOT / "streamlit_app.py", ROOT / "README.md", *DOCS.glob("*.md")]
     for d in SOURCE_DIRS:
         files += sorted((ROOT / d).rglob("*.py"))
+    files += sorted((ROOT / "deploy").glob("*.conf"))            # the shipped nginx config names a document
     return [f for f in files if f.exists() and f != Path(__file__).resolve()]   # this file cites on purpose
 
 
@@ -32,12 +46,115 @@ def test_the_four_design_documents_exist():
         assert (DOCS / name).is_file(), name
 
 
-def test_every_document_a_source_file_names_exists():
+def missing_citations(files: list[Path]) -> dict[str, list[str]]:
+    """Every document name (APP.md, docs/APP.md) and every file named with its folder (deploy/README.md,
+    bench/capacity.py) that one of `files` cites but the repository does not hold -> the files citing it."""
     missing = {}
-    for f in sources():
-        for name in set(DOC_NAME.findall(text_of(f))):
+    for f in files:
+        text, where = text_of(f), str(f.relative_to(ROOT)) if f.is_relative_to(ROOT) else f.name
+        for name in set(DOC_NAME.findall(text)):
             if not ((DOCS / name).is_file() or (ROOT / name).is_file()):
-                missing.setdefault(name, []).append(str(f.relative_to(ROOT)))
+                missing.setdefault(name, []).append(where)
+        ours = "\n".join(line for line in text.splitlines() if not OTHER_REPO.search(line))
+        for path in set(CITED_PATH.findall(ours)):
+            if not (ROOT / path).is_file():
+                missing.setdefault(path, []).append(where)
+    return missing
+
+
+def test_every_document_a_source_file_names_exists():
+    missing = missing_citations(sources())
+    assert not missing, missing
+
+
+def test_the_cited_file_checker_can_fail(tmp_path):
+    cite = tmp_path / "cites.py"
+    cite.write_text('"""See deploy/README.md, `bench/nothing_here.py`, docs/APP.md and assets/k3_tiny.json;\n'
+                    'not files: tests/test_*_page.py, app/charts/, assets/{name}.\n'
+                    'Another repository\'s file: github.com/someone/tool, its docs/usage.md."""\n')
+    assert set(CITED_PATH.findall(text_of(cite))) == {"deploy/README.md", "bench/nothing_here.py", "docs/APP.md",
+                                                       "assets/k3_tiny.json", "docs/usage.md"}
+    assert set(missing_citations([cite])) == {"deploy/README.md", "bench/nothing_here.py"}
+    assert ROOT / "deploy" / "k3-explorer.conf" in sources()
+
+
+def log_tells(text: str) -> list[str]:
+    """The phrases of `text` that read like a dated run log (whitespace folded: a phrase may wrap)."""
+    return [m.group(0) for m in LOG_TELLS.finditer(" ".join(text.split()))]
+
+
+def test_readme_is_short_and_no_document_is_a_lab_notebook():
+    lines = text_of(ROOT / "README.md").splitlines()
+    assert len(lines) <= README_MAX_LINES, f"README.md has {len(lines)} lines; the details belong in docs/"
+    tells = {f.name: log_tells(text_of(f)) for f in [ROOT / "README.md", *sorted(DOCS.glob("*.md"))]}
+    assert not any(tells.values()), {k: v for k, v in tells.items() if v}
+
+
+def test_the_log_checker_can_fail():
+    diary = ("this morning's first run; the step before this round\n(commit 2036395) 41.6 s; on a lent H200 "
+             "(2026-12-04) a step took 3.05 s; Earlier attempts to close the gap; on today's host")
+    assert len(log_tells(diary)) == 7, log_tells(diary)
+    assert not log_tells("Each session keeps its own settings; the run of 2026 steps; version 3.11.2-6")
+
+
+def test_readme_says_what_the_tiny_instance_keeps_and_what_it_shrinks():
+    """K3's layer schedule, expert counts and AttnRes block are kept, and latent = d/2; the widths, the head
+    counts and the vocabulary are shrunk: every "K3 -> tiny" pair the README gives is a field of the two
+    configs, and the head counts and the vocabulary are among them (not "every count kept")."""
+    from model.config import K3Config
+    full, tiny = K3Config.full(), K3Config.tiny()
+    text = " ".join(text_of(ROOT / "README.md").split())
+    assert "every count and ratio" not in text
+    pairs = {(int(a.replace(",", "")), int(b.replace(",", "")))
+             for a, b in re.findall(r"(\d[\d,]*) -> (\d[\d,]*)", text)}
+    fields = {name: (getattr(full, name), getattr(tiny, name)) for name in vars(tiny)
+              if isinstance(getattr(tiny, name), int) and not isinstance(getattr(tiny, name), bool)}
+    shrunk = {name for name, pair in fields.items() if pair in pairs}
+    assert all(p in fields.values() for p in pairs), pairs - set(fields.values())
+    assert {"d_model", "latent_dim", "expert_hidden", "kda_heads", "mla_heads", "vocab_size"} <= shrunk, shrunk
+    for name in ("num_layers", "n_routed_experts", "top_k", "n_shared_experts", "attnres_block_size"):
+        assert getattr(full, name) == getattr(tiny, name), name
+    assert full.layer_types == tiny.layer_types
+    assert tiny.latent_dim * 2 == tiny.d_model and full.latent_dim * 2 == full.d_model
+    kda, mla = tiny.layer_types.count("kda"), tiny.layer_types.count("mla")
+    for said in (f"{tiny.num_layers} layers", f"{kda} KDA and {mla} MLA", f"{tiny.n_routed_experts} routed experts",
+                 f"top-{tiny.top_k}", f"{tiny.n_shared_experts} shared experts",
+                 f"blocks of {tiny.attnres_block_size}", "latent = d/2"):
+        assert said in text, said
+
+
+def test_training_doc_quotes_the_shipped_card_and_evaluation():
+    """docs/TRAINING.md's figures are those of assets/k3_tiny.json and assets/k3_tiny_eval.json: retraining
+    or re-evaluating without updating the document fails here."""
+    from app.model_card import balanced_floor
+    card = json.loads(text_of(ROOT / "assets" / "k3_tiny.json"))
+    ev = json.loads(text_of(ROOT / "assets" / "k3_tiny_eval.json"))
+    text = " ".join(text_of(DOCS / "TRAINING.md").split())
+    hw, tr = ev["held_out_windows"], ev["trained"]
+    said = [f"{card['steps']:,} steps", f"{card['tokens_seen']:,} tokens seen", f"{card['train_minutes']} minutes",
+            ", ".join(f"{x}" for x in card["balance_calibration"]["median_max_mean_load_by_pass"]),
+            f"{card['balance_calibration']['minutes']} minutes",
+            f"{hw['trained']['whole_split']['cross_entropy']:.2f} nats",
+            f"unigram model of the training split {hw['unigram']['whole_split']:.2f}",
+            f"untrained instance {hw['untrained']['whole_split']['cross_entropy']:.2f}",
+            f"uniform guess {ev['uniform_cross_entropy']:.2f}",
+            f"earlier split {hw['trained']['earlier_split']['cross_entropy']:.2f} (unigram {hw['unigram']['earlier_split']:.2f})",
+            f"in a row {tr['cross_entropy']:.2f}",
+            f"{hw['as_trained']['trained']['cross_entropy']:.2f} (unigram {hw['as_trained']['unigram']:.2f})",
+            f"{tr['class_expert_mi_bits']:.2f} bits (untrained {ev['untrained']['class_expert_mi_bits']:.2f})",
+            f"{tr['max_mean_load']['median_over_layers']:.2f} / {tr['max_mean_load']['max_over_layers']:.2f}"]
+    for key in ("load_heldout_batch", "load_training_batch"):
+        lb = ev[key]
+        said += [f"{lb['median_over_layers']:.2f} / {lb['max_over_layers']:.2f}",
+                 f"{sum(x <= 1.3 for x in lb['per_layer'])} "]
+    floor = balanced_floor(ev["load_heldout_batch"]["tokens"])
+    said.append(f"{floor['median_layer']:.2f} / {floor['worst_layer']:.2f}")
+    for phase in card["phases"]:
+        said += [f"| {phase['steps']:,} | {phase['tokens_seen']:,} | {phase['train_minutes']} |",
+                 f"{phase.get('start_val_loss', phase['untrained_val_loss']):.4f} -> {phase['final_val_loss']:.4f}"]
+    for n in ev["next_tokens"].values():
+        said.append(", ".join(f"`{t['piece']}`" for t in n["top5"]))
+    missing = [s for s in said if s not in text]
     assert not missing, missing
 
 
