@@ -3,13 +3,15 @@ download format). Embedded (`?embed=true`), a page shows alone: no navigation an
 import streamlit as st
 
 from app import state, ui, warm
+from app.assets import AssetError, LiveUnavailable
 from app.navigation import PAGES
+from app.text import md_escape
 
 ss = st.session_state
 # The sidebar's first state is fixed once per session: set_page_config re-applies a changed value, so
 # switching presenter mode off must not flip it back (that collapsed the sidebar).
 ss.setdefault("_sidebar_start", "collapsed" if ui.presenting_in_link() else "auto")
-st.set_page_config(page_title="K3 Explorer", page_icon=":material/hub:", layout="wide",
+st.set_page_config(page_title="K3 Explorer", page_icon=str(ui.ICON), layout="wide",
                    initial_sidebar_state=ss["_sidebar_start"])
 
 embedded = bool(st.context.is_embedded)
@@ -22,8 +24,12 @@ page = st.navigation(sections, position="hidden" if embedded else "sidebar", exp
 here = next((p.url_path for p in PAGES if p.title == page.title), "")
 ss[ui.K_PAGE] = here
 
+banner = st.container()                     # which live instance runs, when it is not the trained one
+state.notice_slot(st.container())          # link notices, above the title on every page
+state.check_app_params()
 if embedded:
     ui.presenter_style()
+    ui.input_guard()
 else:
     with st.sidebar:
         st.caption("A tiny live instance of Kimi K3's full architecture (93 layers, 896 experts, top-16), "
@@ -31,12 +37,16 @@ else:
         ui.glossary_lookup()
         ui.sidebar_controls()
         ui.share_box()
-state.notice_slot(st.container())          # link notices, above the title on every page
+        ui.input_guard()
 try:
     with warm.page_run():
         page.run()
+except AssetError as e:             # a file the page needs is missing or damaged: say which, not a traceback
+    what = "runs the live model, which is unavailable" if isinstance(e, LiveUnavailable) else "needs a file that is unavailable"
+    st.info(f"This page {what}: {md_escape(str(e), 300)}.", icon=":material/block:")
 finally:                    # also after a page's st.stop()
     state.notice_slot(None)     # a fragment's rerun writes its notices in place
+    ui.instance_banner(banner)
     if not embedded:
         ui.tour_footer(here)
     warm.start()            # once per process: the other pages' default views, computed in the background

@@ -57,6 +57,19 @@ class Setup:
         return self.tokens * self.top_k / self.n_experts
 
 
+# What one run may cost, in router scores routed (tokens per batch x experts x steps): the work of a run grows
+# with each of the three (a top-k over every batch, for five methods), and a link may ask for any of them.
+# Twice the default run's (2,048 x 896 x 12): a few seconds on a 2-core server, where the largest run a link
+# could ask for (16,384 x 896 x 30) took minutes.
+SCORE_BUDGET = 2 * Setup.tokens * Setup.n_experts * Setup.steps
+MAX_STEPS = 30
+
+
+def steps_within_budget(tokens: int, n_experts: int) -> int:
+    """The most steps a run of `tokens` per batch over `n_experts` may take (1..MAX_STEPS)."""
+    return max(1, min(MAX_STEPS, SCORE_BUDGET // (tokens * n_experts)))
+
+
 # ---- where the scores come from ------------------------------------------------------------------
 
 class Scores:

@@ -29,11 +29,12 @@ import streamlit as st
 import torch
 
 from app.prompts import DEFAULT_PRESET, PRESETS  # noqa: F401 - named here too (app.live.PRESETS)
-from app.text import md_escape
-from model.checkpoint import CheckpointError, load_pretrained
+from app.assets import LiveUnavailable
+from app.text import clean_text
+from model.checkpoint import CheckpointError, load_pretrained, shown
 from model.config import K3Config
 from model.k3 import K3Model, K3Output, RunOptions
-from model.tokenizer import Tokenizer
+from model.tokenizer import TOKENIZER_PATH, Tokenizer
 
 MAX_CHARS = 2000          # characters kept from a typed prompt
 MAX_TOKENS = 128          # tokens the live model reads per prompt (about 0.4 s for a full forward)
@@ -60,7 +61,11 @@ LOADED = threading.Event()      # set once live() has loaded the model in this p
 
 @st.cache_resource(show_spinner="Loading the live tiny K3 (93 layers, 896 experts)…")
 def live() -> Live:
-    tok = Tokenizer.load()
+    try:
+        tok = Tokenizer.load()
+    except Exception as e:          # noqa: BLE001 - the tokenizers library raises plain Exception for a bad file
+        raise LiveUnavailable(f"{shown(TOKENIZER_PATH)} could not be read ({type(e).__name__}): run "
+                              "`python -m model.tokenizer` or restore the file from git") from e
     try:
         model, tok = load_pretrained()
         lv = Live(model, tok, True, "")
@@ -82,14 +87,6 @@ def _freeze_long_lived() -> None:
     gc.freeze()
 
 
-def banner(lv: Live | None = None) -> None:
-    lv = lv or live()
-    if not lv.pretrained:
-        st.warning("**This page is running on a seeded random instance, not the trained one**: the "
-                   "shipped checkpoint could not be loaded, so routing shows no learned structure. "
-                   f"Reason: {md_escape(lv.note, 300)}", icon=":material/warning:")
-
-
 @dataclass(frozen=True)
 class Prompt:
     text: str
@@ -100,11 +97,7 @@ class Prompt:
 
 def prepare_prompt(text: str, tok: Tokenizer) -> Prompt | str:
     """A validated prompt, or an error message for the page (never an exception)."""
-    notices = []
-    text = "" if text is None else str(text)
-    if len(text) > MAX_CHARS:
-        notices.append(f"The text was cut to its first {MAX_CHARS:,} characters (of {len(text):,}).")
-        text = text[:MAX_CHARS]
+    text, notices = clean_text(text, MAX_CHARS)
     if not text.strip():
         return "The prompt is empty: type a sentence or pick a preset."
     ids = tok.encode(text)

@@ -3,16 +3,15 @@ beside the published figure it should reproduce. Pure functions; no Streamlit he
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from app import assets
 from app.text import fmt_int
 from model.accounting import count_params, mtp_layer
 from model.config import K3Config
 
-ASSETS = Path(__file__).resolve().parent.parent / "assets"
 K3_SOURCE = "K3 report arXiv 2607.24653 v2, Table 1"
 
 
@@ -113,7 +112,8 @@ def breakdown(cfg: K3Config) -> pd.DataFrame:
 def frontier_table() -> pd.DataFrame:
     """Published total/active of public MoE models (assets table with a source per row), with K3's
     row replaced by the value our accounting computes."""
-    df = pd.read_csv(ASSETS / "frontier_moe.csv", keep_default_na=False)
+    df = assets.read_csv("frontier_moe.csv", ("model", "released", "total_b", "active_b", "experts", "source"))
+    df[["total_b", "active_b"]] = df[["total_b", "active_b"]].apply(pd.to_numeric, errors="coerce")
     df["origin"] = "published"
     p = count_params(K3Config.full())
     k3 = {"model": "Kimi K3 (computed)", "released": "2026-07", "total_b": p.total / 1e9,

@@ -33,7 +33,7 @@ from typing import Any
 
 import streamlit as st
 
-from app.text import md_escape
+from app.text import clean_text, code_span, md_escape
 
 _STORE = "_k3_state"            # {namespace: {param: value}}
 _WRITTEN = "_k3_link_written"   # {namespace: {param: the string this page last put in the link}}
@@ -41,12 +41,20 @@ SHARED = "shared"               # the namespace of the controls every page share
 K_PAGE = "_page_url_path"       # the page of this run (streamlit_app.py sets it)
 # Parameters of the app itself (embedding, presenter mode), understood on every page.
 APP_PARAMS = frozenset({"embed", "embed_options", "present"})
+# the values Streamlit's front end reads for them (embed_options may be given several times)
+EMBED_OPTIONS = frozenset({"show_toolbar", "show_padding", "disable_scrolling", "light_theme", "dark_theme",
+                           "hide_loading_screen", "show_loading_screen_v1", "show_loading_screen_v2"})
 _INT = re.compile(r"^[+-]?\d{1,9}$")
 _TRUE, _FALSE = {"1", "true", "on", "yes"}, {"0", "false", "off", "no"}
 
 
 def _shown(raw) -> str:
     return md_escape(raw, 40)
+
+
+def _code(raw) -> str:
+    """A rejected value quoted as typed (a code span: no escapes shown)."""
+    return code_span(raw, 40)
 
 
 # ---- controls: a parameter, its default, its range, its notice -----------------------------------------
@@ -92,14 +100,16 @@ class Int(Control):
     lo: int = 0
     hi: int = 0
 
-    def parse(self, raw):
+    def parse(self, raw, whose: str = "The link's", hi: int | None = None):
+        """`hi`: a tighter upper end that the page knows now (the blocks of the matrix shown)."""
+        hi = self.hi if hi is None else min(hi, self.hi)
         raw = str(raw).strip()
         if not _INT.match(raw):
-            return None, f"The link's {self.label} `{_shown(raw)}` is not a whole number, so it was ignored."
+            return None, f"{whose} {self.label} {_code(raw)} is not a whole number, so it was ignored."
         v = int(raw)
-        if v < self.lo or v > self.hi:
-            c = min(max(v, self.lo), self.hi)
-            return c, f"The link asked for {self.label} {v}, outside {self.lo}–{self.hi}: showing {c} instead."
+        if v < self.lo or v > hi:
+            c = min(max(v, self.lo), hi)
+            return c, f"{whose} {self.label} {v} is outside {self.lo}–{hi}: showing {c} instead."
         return v, None
 
 
@@ -108,12 +118,14 @@ class Index(Control):
     """A position whose range depends on the page (a token of the prompt): any whole number >= 0 is
     read; `fit` clamps it to the range and the draw says so when the link's value moved."""
 
-    def parse(self, raw):
+    def parse(self, raw, whose: str = "The link's", hi: int | None = None):
         raw = str(raw).strip()
         if not _INT.match(raw):
-            return None, f"The link's {self.label} `{_shown(raw)}` is not a position (0, 1, 2 …), so it was ignored."
+            return None, f"{whose} {self.label} {_code(raw)} is not a position (0, 1, 2 …), so it was ignored."
         if int(raw) < 0:
-            return 0, f"The link asked for {self.label} {int(raw)}, but positions start at 0: showing 0."
+            return 0, f"{whose} {self.label} {int(raw)} is before the first: positions start at 0, showing 0."
+        if hi is not None and int(raw) > hi:
+            return hi, f"{whose} {self.label} {int(raw)} is outside 0–{hi}: showing {hi} instead."
         return int(raw), None
 
 
@@ -129,14 +141,14 @@ class Choice(Control):
             for o in opts:
                 if o.lower() == raw_s.lower():
                     return o, None
-            return None, (f"The link's {self.label} `{_shown(raw_s)}` is not one of "
+            return None, (f"The link's {self.label} {_code(raw_s)} is not one of "
                           f"{', '.join(map(str, opts[:8]))}{' …' if len(opts) > 8 else ''}, so it was ignored.")
         try:
             v = float(raw_s)
         except ValueError:
             v = math.nan
         if not math.isfinite(v):
-            return None, f"The link's {self.label} `{_shown(raw_s)}` is not a number, so it was ignored."
+            return None, f"The link's {self.label} {_code(raw_s)} is not a number, so it was ignored."
         for o in opts:
             if float(o) == v:
                 return o, None
@@ -155,7 +167,7 @@ class Flag(Control):
             return True, None
         if raw_s in _FALSE:
             return False, None
-        return None, f"The link's {self.label} setting `{_shown(raw_s)}` is not on/off, so it was ignored."
+        return None, f"The link's {self.label} setting {_code(raw_s)} is not on/off, so it was ignored."
 
     def dump(self, value):
         return "on" if value else "off"
@@ -222,10 +234,10 @@ class Text(Control):
     most: int = 200
 
     def parse(self, raw):
-        raw = str(raw)
-        if len(raw) > self.most:
-            return raw[:self.most], f"The link's {self.label} was cut to its first {self.most} characters."
-        return raw, None
+        text, notes = clean_text(raw, self.most)
+        if notes:
+            return text, f"The link's {self.label}: " + " ".join(notes)
+        return text, None
 
 
 # ---- the store --------------------------------------------------------------------------------------------
@@ -370,6 +382,36 @@ class View:
         widget(label, *args, key=key, on_change=changed, **kwargs)
         return fitted if following else self[param]
 
+    def draw_number(self, param: str, label: str, value: int | None = None, hi: int | None = None,
+                    **kwargs) -> int:
+        """A whole number (an Int control) drawn as a text box that always shows the value the page uses: typed
+        text is read as a link value is (clamped into range with the reason under the box, or ignored if it is
+        not a whole number). Streamlit's number box kept `-3` or `99999` in a red box while the page showed
+        another value, and read `abc` as 0 and `1e3` as 1. `value`: what an unset control shows, not stored
+        (the panel follows the token's first expert until one is picked); `hi`: an upper end that depends on
+        the page now. Returns the value."""
+        c = self.controls[param]
+        assert isinstance(c, (Int, Index)), param
+        key, note_key = self.key(param), self.key(param) + "__note"
+
+        def changed():
+            typed, note = c.parse(st.session_state.get(key) or "", whose="Your", hi=hi)
+            st.session_state[note_key] = note
+            if typed is not None:
+                self.set(param, typed)
+
+        stored = self.get(param)
+        if stored is not None and hi is not None and stored > hi:          # the range shrank under it
+            self.set(param, hi)
+        shown = self.get(param)
+        shown = shown if shown is not None else (c.default if value is None else value)
+        st.session_state[key] = str(shown)
+        st.text_input(label, key=key, on_change=changed, **kwargs)
+        note = st.session_state.pop(note_key, None)
+        if note:
+            st.caption(f":material/rule: {note}")
+        return int(shown)
+
     def draw_ids(self, param: str, label: str, **kwargs) -> list[int]:
         """A list of whole numbers (an Ints control) drawn as a text box of comma-separated ids: one cheap
         element where a multiselect would carry all its options (896 experts) on every rerun. Typed text is
@@ -389,6 +431,42 @@ class View:
         if note:
             st.caption(f":material/rule: {note}")
         return self[param]
+
+
+def check_app_params() -> None:
+    """The app's own link parameters get the notice a page's do when their value means nothing (once per value
+    and page; streamlit_app.py, before the sidebar reads them). A bad `present` also leaves the link; `embed`
+    and `embed_options` the browser read when it opened the page, so they stay, and the notice says what was
+    made of them."""
+    written = _written(st.session_state.get(K_PAGE, "") or "page")
+    present = st.query_params.get("present")
+    if present is not None and present != written.get("_app_present"):
+        written["_app_present"] = present
+        if present.strip().lower() not in _TRUE | _FALSE:
+            notice(f"The link's presenter-mode setting {_code(present)} is not on/off, so it was ignored.")
+            del st.query_params["present"]
+    embed, options = _embed_params()
+    if embed and embed[-1] != written.get("_app_embed"):
+        written["_app_embed"] = embed[-1]
+        if embed[-1].strip().lower() not in {"true", "false"}:
+            notice(f"The link's embed setting {_code(embed[-1])} is not true or false: the page is shown "
+                   f"{'alone' if st.context.is_embedded else 'with its navigation'}.")
+    bad = [o for o in options if o not in EMBED_OPTIONS]
+    if bad and ",".join(options) != written.get("_app_embed_options"):
+        written["_app_embed_options"] = ",".join(options)
+        notice(f"The link's embed options {', '.join(_code(o) for o in bad[:5])} are not known, so they were "
+               f"ignored; the known ones are {', '.join(sorted(EMBED_OPTIONS))}.")
+
+
+def _embed_params() -> tuple[list[str], list[str]]:
+    """The link's `embed` and `embed_options` values, which st.query_params does not show (the browser reads
+    them itself): from the query string this run was started with."""
+    from urllib.parse import parse_qs
+
+    from streamlit.runtime.scriptrunner_utils.script_run_context import get_script_run_ctx
+    ctx = get_script_run_ctx()
+    qs = parse_qs(getattr(ctx, "query_string", "") or "", keep_blank_values=True)
+    return qs.get("embed", []), qs.get("embed_options", [])
 
 
 def page(*controls: Control, prefix: str | None = None) -> View:
@@ -417,6 +495,8 @@ def page(*controls: Control, prefix: str | None = None) -> View:
             _store(view._ns(c))[c.param] = c.normal(value)
             view.from_link.add(c.param)
             written[c.param] = raw
+            if note:                    # clamped or cleaned: the address bar shows what the page uses
+                _write_link(view._ns(c), c, c.normal(value), ns)
     for c in controls:                                            # the link holds the current view
         value = _store(view._ns(c)).get(c.param)
         if value is not None and (c.param not in view.from_link or value != c.default):

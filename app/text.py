@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import re
+import unicodedata
 
 _MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()<>#+\-.!|~$:])")
 
@@ -13,6 +14,44 @@ def md_escape(text: str, limit: int = 80) -> str:
     if len(text) > limit:
         text = text[:limit] + "…"
     return _MD_SPECIAL.sub(r"\\\1", text)
+
+
+def code_span(text, limit: int = 40) -> str:
+    """Text from a URL or a text box as a Markdown code span, shown exactly as typed: inside a code span
+    Markdown escapes are not read, so md_escape's backslashes would show (`\\-7`). Control characters are
+    dropped, the length capped; the fence is one backtick longer than any run of backticks inside."""
+    text = "".join(ch for ch in str(text) if ch.isprintable())
+    if len(text) > limit:
+        text = text[:limit] + "…"
+    if not text:
+        return "(empty)"
+    fence = "`" * (max((len(run) for run in re.findall(r"`+", text)), default=0) + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
+
+
+LONE_SURROGATE_NOTE = ("Half of a character (a lone UTF-16 surrogate, as when half an emoji is pasted) was "
+                       "replaced by �.")
+
+
+def clean_text(text, most: int) -> tuple[str, list[str]]:
+    """Typed or linked text made safe to tokenise, store and put in a link, and what was changed, said
+    for the page: lone surrogates become U+FFFD (they cannot be UTF-8 encoded), control characters other
+    than line breaks and tabs are dropped, and the text is cut to `most` characters."""
+    raw = "" if text is None else str(text)
+    notes = []
+    s = raw.encode("utf-16", "surrogatepass").decode("utf-16", "replace")   # pairs kept, halves replaced
+    if s != raw:
+        notes.append(LONE_SURROGATE_NOTE)
+    s = s.replace("\r\n", "\n").replace("\r", "\n")
+    kept = "".join(ch for ch in s if ch in "\n\t" or unicodedata.category(ch) != "Cc")
+    if kept != s:
+        notes.append(f"{len(s) - len(kept):,} control character{'s' if len(s) - len(kept) != 1 else ''} "
+                     "(invisible, not text) removed.")
+    if len(kept) > most:
+        notes.append(f"The text was cut to its first {most:,} characters (of {len(kept):,}).")
+        kept = kept[:most]
+    return kept, notes
 
 
 def fmt_params(n: float, digits: int = 1) -> str:

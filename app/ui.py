@@ -3,13 +3,18 @@ notices, the prompt box, and the shared sidebar (link to this view, presenter mo
 from __future__ import annotations
 
 import weakref
+from pathlib import Path
 
 import streamlit as st
 
 from app import export, state
 from app.prompts import DEFAULT_PRESET
+from app.text import clean_text
 
 K_PRESENT = "presenter_mode"
+# The page icon, served by the app itself: a Material icon as page_icon makes every browser fetch it from a
+# public font host (a third-party request per student that a school's network sees).
+ICON = Path(__file__).resolve().parent.parent / "assets" / "icon.png"
 K_PAGE = state.K_PAGE              # the page of this run (streamlit_app.py), for the guided tour
 
 # ---- the prompt and the token: one owner each, shared by every page ---------------------------------------
@@ -31,6 +36,29 @@ TOKEN = state.Index("token", None, "token", shared=True)
 TOKEN_HELP = ("␣ is a space, ↵ a line break; a token can be part of a word, and � part of a character: the tokenizer "
               "works on UTF-8 bytes, where a character such as é takes two bytes and ✓ three, and they can fall "
               "into different tokens.")
+
+
+def instance_banner(where) -> None:
+    """At the top of every page (streamlit_app.py, after the page ran): which live instance the app runs, when it
+    is not the trained one. A page that loaded the model knows why from the loader; any other page asks
+    app.assets, which checks the same files without loading torch."""
+    from app import assets, warm
+    from app.text import md_escape
+    live = warm.live_module()
+    if live is not None and live.LOADED.is_set():
+        lv = live.live()                                    # loaded: a cache hit
+        problem, fatal = ("" if lv.pretrained else lv.note), False
+    else:
+        problem, fatal = assets.live_instance_problem()
+    if not problem:
+        return
+    if fatal:
+        where.error("**The live model is unavailable**, so the pages that run it cannot show it (the others "
+                    f"work as usual). Reason: {md_escape(problem, 300)}", icon=":material/error:")
+    else:
+        where.warning("**The app is running on a seeded random instance, not the trained one**: the shipped "
+                      "checkpoint could not be loaded, so routing shows no learned structure. "
+                      f"Reason: {md_escape(problem, 300)}", icon=":material/warning:")
 
 
 def page_header(title: str, lead: str, try_this: str | None = None) -> None:
@@ -188,16 +216,32 @@ def plain_blocks(texts, key: str) -> None:
             st.text(VERBATIM + text)
 
 
+_K_TEXT_NOTES = "_k3_typed_text_notes"   # what cleaning the typed text changed, said once under the box
+_K_KEPT_TEXT = "_k3_own_text_kept"       # the own text while a preset is shown: in the session, not the link
+
+
 def _own_text_typed(view: state.View) -> None:
-    """The text box changed: a text that is no preset's is the person's own."""
+    """The text box changed: a text that is no preset's is the person's own (cleaned as a link's would be)."""
     from app.live import PRESETS
-    text = st.session_state.get("prompt_text") or ""
+    text, notes = clean_text(st.session_state.get("prompt_text") or "", MAX_LINK_TEXT)
+    st.session_state[_K_TEXT_NOTES] = notes
     match = next((name.lower() for name, preset in PRESETS.items() if preset == text), None)
     if match is None:
         view.set("preset", OWN_SLUG)
-        view.set("text", text[:MAX_LINK_TEXT])
+        view.set("text", text)
     else:
         view.set("preset", match)
+        view.set("text", "")
+
+
+def _preset_picked(view: state.View) -> None:
+    """A preset clicked: the own text leaves the link (a shared link must not carry what was typed before) but
+    stays in the session, so that clicking "Your own text" again brings it back."""
+    if view["preset"] == OWN_SLUG:
+        if not view["text"] and st.session_state.get(_K_KEPT_TEXT):
+            view.set("text", st.session_state.pop(_K_KEPT_TEXT))
+    elif view["text"]:
+        st.session_state[_K_KEPT_TEXT] = view["text"]
         view.set("text", "")
 
 
@@ -212,11 +256,14 @@ def prompt_input(view: state.View):
     elif "text" in view.from_link and view["preset"] != OWN_SLUG:
         state.notice(f"The link named the {slugs[view['preset']]} preset and a text: showing the preset.")
         view.set("text", "")
-    preset = view.draw(st.segmented_control, "preset", "Prompt", list(slugs), format_func=slugs.get)
+    preset = view.draw(st.segmented_control, "preset", "Prompt", list(slugs), format_func=slugs.get,
+                       on_change=lambda: _preset_picked(view))
     text = view["text"] if preset == OWN_SLUG else PRESETS[slugs[preset]]
     st.session_state["prompt_text"] = text
     st.text_area("Text the live model reads", key="prompt_text", height=80, max_chars=None,
                  placeholder="Type a sentence, some code, numbers…", on_change=_own_text_typed, args=(view,))
+    for note in st.session_state.pop(_K_TEXT_NOTES, None) or ():
+        st.caption(f":material/content_cut: {note}")
     result = prepare_prompt(text, lv.tokenizer)
     if isinstance(result, str):
         st.info(result, icon=":material/edit_note:")
@@ -374,6 +421,47 @@ SHARE_HTML = """
 })();
 </script>
 """
+
+
+# Text boxes never send half a character. A lone UTF-16 surrogate (half of a pasted emoji) cannot be UTF-8
+# encoded: Streamlit's server refuses the whole message that carries it and closes the connection, and the
+# browser, which resends the same widget state on reconnecting, loses the session until a reload. This
+# listener runs before React's (capture phase, on the document) and puts U+FFFD in place of any half, with
+# the prototype's value setter, so React sees the change and keeps the mended text as the box's value. Static
+# (no user text in it); installed once per browser tab.
+INPUT_GUARD_HTML = """
+<script>
+(function () {
+  if (window.k3InputGuard) { return; }
+  window.k3InputGuard = true;
+  const mend = (s) => {
+    if (typeof s.toWellFormed === "function") { return s.toWellFormed(); }
+    let out = "";
+    for (let i = 0; i !== s.length; i += 1) {
+      const c = s.charCodeAt(i), next = s.charCodeAt(i + 1);
+      const high = c >= 0xD800 && c <= 0xDBFF, low = c >= 0xDC00 && c <= 0xDFFF;
+      if (high && next >= 0xDC00 && next <= 0xDFFF) { out += s[i] + s[i + 1]; i += 1; }
+      else { out += high || low ? "\\uFFFD" : s[i]; }
+    }
+    return out;
+  };
+  document.addEventListener("input", (event) => {
+    const el = event.target;
+    if (!el || (el.tagName !== "TEXTAREA" && el.tagName !== "INPUT") || typeof el.value !== "string") { return; }
+    const mended = mend(el.value);
+    if (mended === el.value) { return; }
+    const proto = el.tagName === "TEXTAREA" ? HTMLTextAreaElement.prototype : HTMLInputElement.prototype;
+    const at = el.selectionStart;
+    Object.getOwnPropertyDescriptor(proto, "value").set.call(el, mended);
+    try { el.setSelectionRange(at, at); } catch (e) { /* not every input has a selection */ }
+  }, true);
+})();
+</script>
+"""
+
+
+def input_guard() -> None:
+    st.html(INPUT_GUARD_HTML, unsafe_allow_javascript=True)
 
 
 def share_box() -> None:

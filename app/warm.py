@@ -47,11 +47,21 @@ def page_run() -> Iterator[None]:
             _RUNS["until"] = time.monotonic()
 
 
+def live_module():
+    """app.live once it is fully imported, else None. It is imported by the first page that needs it, on that
+    session's thread, so the warming thread may find it in sys.modules half initialised (no LOADED, no busy
+    yet): such a module is not ready, and nothing has computed on the model."""
+    live = sys.modules.get("app.live")
+    if live is None or getattr(getattr(live, "__spec__", None), "_initializing", False):   # the import system's mark
+        return None
+    return live if hasattr(live, "LOADED") and hasattr(live, "busy") else None
+
+
 def idle_for() -> float:
     """Seconds since the server last ran a page or computed on the live model for someone else than the
     warm-up; 0 while it does."""
     busy = [(_RUNS["active"], _RUNS["until"])]
-    live = sys.modules.get("app.live")             # not imported yet: nothing has computed on the model
+    live = live_module()
     if live is not None:
         active, until = live.busy()
         if active or until > _OWN["until"]:               # else the last computation was a task's
@@ -130,7 +140,7 @@ def model_loaded() -> bool:
     the held-out routing started when the explorer itself started it. False when not started now."""
     if os.environ.get("K3_WARM", "1") == "0":
         return False
-    live = sys.modules.get("app.live")
+    live = live_module()
     if live is None or not live.LOADED.is_set():
         return False
     from app.routing import heldout_soon

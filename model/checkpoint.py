@@ -44,7 +44,14 @@ FILE_NAMES = {".ffn.router.expert_bias": ".ffn.expert_bias"}
 
 
 class CheckpointError(RuntimeError):
-    pass
+    """The shipped instance cannot load; the message names files as `assets/NAME` (a page shows it)."""
+
+
+def shown(path: Path | str) -> str:
+    """A file's name for a message a page may show: `assets/NAME` for the assets folder, else the bare name
+    (never the server's install path)."""
+    path = Path(path)
+    return f"assets/{path.name}" if path.resolve().parent == ASSETS.resolve() else path.name
 
 
 def is_expert_tensor(name: str) -> bool:
@@ -110,8 +117,12 @@ def save_pretrained(model: K3Model, facts: dict, path: Path = CHECKPOINT, card: 
 
 def read_card(card: Path = CARD) -> dict:
     if not card.exists():
-        raise CheckpointError(f"{card} is missing: {RETRAIN}")
-    return json.loads(card.read_text())
+        raise CheckpointError(f"{shown(card)} is missing: {RETRAIN}")
+    try:
+        return json.loads(card.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise CheckpointError(f"{shown(card)} could not be read ({type(e).__name__}: damaged or incomplete): "
+                              f"{RETRAIN}") from e
 
 
 # what a card keeps of each training phase of a continued instance (model.train --init-from)
@@ -138,27 +149,30 @@ def load_pretrained(path: Path = CHECKPOINT, card: Path = CARD,
     """(model, tokenizer) of the shipped live instance, in eval mode, weights verified by checksum."""
     t0 = time.perf_counter()
     if not path.exists():
-        raise CheckpointError(f"{path} is missing: {RETRAIN}")
+        raise CheckpointError(f"{shown(path)} is missing: {RETRAIN}")
     info = read_card(card)
     digest = sha256(path)
     if digest != info.get("sha256"):
-        raise CheckpointError(f"{path} does not match the checksum in {card.name} (file corrupt or "
+        raise CheckpointError(f"{shown(path)} does not match the checksum in {card.name} (file corrupt or "
                               f"replaced): {RETRAIN}")
-    cfg = K3Config(**info["config"])
+    try:
+        cfg = K3Config(**info["config"])
+    except (KeyError, TypeError, ValueError) as e:
+        raise CheckpointError(f"{shown(card)} holds no usable config ({type(e).__name__}): {RETRAIN}") from e
     # Built on the CPU, its random init then replaced (not on "meta": see model.k3.model_with_weights)
     model = K3Model(cfg)
     try:
         with safe_open(str(path), "pt") as f:
             fmt = (f.metadata() or {}).get("format")
         if fmt != FORMAT:
-            raise CheckpointError(f"{path} is in the format {fmt!r}, not {FORMAT!r} (an older layout of the "
+            raise CheckpointError(f"{shown(path)} is in the format {fmt!r}, not {FORMAT!r} (an older layout of the "
                                   f"experts): {RETRAIN}")
         packed = load_file(str(path))
         model.load_state_dict(unpack_state(packed, model), assign=True, strict=True)
     except CheckpointError:
         raise
     except (KeyError, RuntimeError, ValueError, OSError) as e:
-        raise CheckpointError(f"{path} could not be read ({e}): {RETRAIN}") from e
+        raise CheckpointError(f"{shown(path)} could not be read ({type(e).__name__}): {RETRAIN}") from e
     model.eval().requires_grad_(False)
     for moe in model.moe_layers():
         # the expert tensors were just decoded from MXFP4 codes in the blocks the model quantises in

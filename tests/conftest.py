@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -126,6 +127,12 @@ def open_app_page(path: str, params: dict | None = None, allow_errors: bool = Tr
     if not allow_errors:
         assert not at.error, [e.value for e in at.error]
     return at
+
+
+def outside_code(text: str) -> str:
+    """Markdown text without its code spans: markup a notice quotes as typed sits in a code span, where it is
+    shown as text; anywhere else it must have been escaped."""
+    return re.sub(r"(`+)(?:(?!\1).)*?\1", "", text, flags=re.S)
 
 
 def settle(page, timeout=240_000):

@@ -3,7 +3,7 @@ beside the closed forms, the heatmap, the retrieval answer, memory, and bad link
 import json
 
 import pytest
-from tests.conftest import markdown_tables, open_app_page, vega_datasets
+from tests.conftest import markdown_tables, open_app_page, outside_code, vega_datasets
 
 PAGE = "views/attnres.py"
 
@@ -109,8 +109,8 @@ def test_block_size_slider_recomputes_counts_and_memory(page):
 def test_bad_link_parameters_are_clamped_with_a_notice():
     at = open_page({"bs": "500", "view": "<script>x</script>", "reader": "0", "token": "9999"})
     notes = " ".join(i.value for i in at.info)
-    assert "block size 500, outside 1–93" in notes and "not available here: showing" in notes     # bs, token
-    assert "<script>" not in notes
+    assert "block size 500 is outside 1–93" in notes and "not available here: showing" in notes     # bs, token
+    assert "<script>" not in outside_code(notes)
     assert at.slider(key="ar_bs").value == 93 and at.slider(key="ar_reader").value == 1
     assert at.segmented_control(key="ar_view").value == "per-layer"
     assert at.select_slider(key="ar_token").value == len(at.select_slider(key="ar_token").options) - 1

@@ -192,3 +192,22 @@ def test_the_first_page_runs_without_torch():
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip().splitlines()[-1] == "no torch"
+
+
+def test_a_half_imported_live_module_is_not_ready(monkeypatch):
+    """The first page imports app.live on its own thread; the warming thread may meanwhile find it in
+    sys.modules half initialised (it once raised "partially initialized module 'app.live' has no attribute
+    'LOADED'" into a visitor's page). Such a module counts as not loaded and not busy."""
+    import importlib.machinery
+    import types
+    half = types.ModuleType("app.live")
+    half.__spec__ = importlib.machinery.ModuleSpec("app.live", None)
+    half.__spec__._initializing = True                 # what the import system marks while the module runs
+    monkeypatch.setitem(sys.modules, "app.live", half)
+    monkeypatch.setenv("K3_WARM", "1")
+    assert warm.model_loaded() is False
+    assert warm.idle_for() >= 0.0
+    bare = types.ModuleType("app.live")                 # no spec mark, no attributes yet
+    monkeypatch.setitem(sys.modules, "app.live", bare)
+    assert warm.model_loaded() is False
+    assert warm.idle_for() >= 0.0

@@ -46,7 +46,6 @@ ui.vega_chart(cached_spec("stack", st.context.theme.type),
 def live_section() -> None:
     st.subheader("Live: a state that stays the same size beside a cache that grows")
     lv = lv_mod.live()
-    lv_mod.banner(lv)
     cfg = lv.model.cfg
     prompt = ui.prompt_input(view)
     if prompt is not None:

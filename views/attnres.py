@@ -61,7 +61,6 @@ lv = lv_mod.live()
 prompt_box = st.container()
 with prompt_box:
     st.subheader("Where each read looks: one token's depth-attention weights")
-    lv_mod.banner(lv)
     prompt = ui.prompt_input(view)
 live_block = live_full = None
 if prompt is not None:

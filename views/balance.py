@@ -2,12 +2,11 @@
 import pandas as pd
 import streamlit as st
 
-from app import live as lv_mod
 from app import state, ui
-from app.balance import (DEFAULT_AUX, DEFAULT_GAMMA, DEFAULT_LAYER, DEFAULT_SOURCE, LABELS, METHODS, SOURCES,
-                         WEIGHT_SAMPLE, Setup, cached_hist_check, cached_noise_floor, cached_runs,
+from app.balance import (DEFAULT_AUX, DEFAULT_GAMMA, DEFAULT_LAYER, DEFAULT_SOURCE, LABELS, METHODS, SCORE_BUDGET,
+                         SOURCES, WEIGHT_SAMPLE, Setup, cached_hist_check, cached_noise_floor, cached_runs,
                          cached_sign_story, cached_weight_check, goal_note, live_pool, metrics, sign_rule_details,
-                         sign_rule_intuition, steps_to)
+                         sign_rule_intuition, steps_to, steps_within_budget)
 from app.charts.balance import hist_error_spec, load_spec, steps_spec, weights_spec
 from model.config import K3Config
 
@@ -51,7 +50,8 @@ c1, c2, c3, c4 = st.columns(4)
 n = view.draw(c1.select_slider, "n", "Experts n", EXPERTS)
 k = view.draw(c2.slider, "k", "Top-k", 1, 32)
 m = view.draw(c3.select_slider, "m", "Tokens per batch m", TOKENS)
-steps = view.draw(c4.slider, "steps", "Steps", 1, 30)
+max_steps = steps_within_budget(m, n)
+steps = view.draw(c4.slider, "steps", "Steps", 1, max_steps, options=range(1, max_steps + 1))
 c1, c2, c3, c4 = st.columns(4)
 gamma = view.draw(c1.select_slider, "gamma", "Sign rule step γ", GAMMAS, help="DeepSeek-V3 uses 0.001.")
 aux = view.draw(c2.select_slider, "aux", "Auxiliary-loss coefficient α", AUX,
@@ -65,6 +65,10 @@ else:
     layer = view.draw(c4.select_slider, "layer", "Live MoE layer", MOE_LAYERS)
     skew = view["skew"]
 
+if max_steps < 30:
+    st.caption(f":material/speed: With {m:,} tokens per batch and {n} experts a run is capped at {max_steps} steps, "
+               f"so that it stays within the lab's budget of {SCORE_BUDGET / 1e6:.0f} million router scores "
+               "(a few seconds on this server); fewer tokens or experts allow up to 30.")
 if k >= n:
     st.info(f"Top-{k} of {n} experts leaves nothing to balance: using top-{n // 2} instead.",
             icon=":material/tune:")
@@ -73,8 +77,6 @@ setup = Setup(n_experts=n, top_k=k, tokens=m, steps=steps, skew=float(skew if so
               bins=bins)
 
 if source == "live":
-    lv = lv_mod.live()
-    lv_mod.banner(lv)
     with st.spinner("Running the live model on the held-out text…"):
         pool, origin, n_tok = live_pool(layer)
     st.caption(f"Scores: the sigmoid router probabilities of MoE layer {layer} of the live model for the {n_tok} "
