@@ -27,6 +27,7 @@ class Term:
     short: str             # one or two sentences
     more: str              # up to three sentences more, or ""
     page: str | None       # url_path of the page that shows it live
+    source: str = ""       # where its equation is published: "K3 report Eq. N, sec x", or the paper / spec
 
 
 # ---- the numbers the definitions quote, from one source each ------------------------------------------
@@ -90,13 +91,13 @@ TERMS: tuple[Term, ...] = (
          "layer"),
     Term("Router", "router",
          f"The linear layer and sigmoid that score every routed expert for a token: {_K3.n_routed_experts} scores "
-         f"in K3, computed in fp32 from the full-width token. The {_K3.top_k} highest scores after adding the "
-         "balancing bias decide where the token goes.",
+         f"in K3, computed in higher precision (fp32 here) from the full-width token. The {_K3.top_k} highest "
+         "scores after adding the balancing bias decide where the token goes.",
          "The chosen experts' outputs are weighted by their raw scores divided by the sum of the chosen raw "
          "scores, so the bias changes which experts are picked, never how much each one counts. The router is "
          "trained by the language-model loss through those weights: a chosen expert that helped gets a higher "
          "score next time. The pick itself has no gradient, and the bias is set by Quantile Balancing, not learned.",
-         "routing"),
+         "routing", source="K3 report Eq. 13, sec 2.3.3"),
     Term("Top-k", "top-k",
          f"The number of routed experts each token is sent to in each MoE layer: k = {_K3.top_k} in K3, "
          f"{_K2.top_k} in Kimi K2.",
@@ -108,7 +109,7 @@ TERMS: tuple[Term, ...] = (
          f"{_K3.top_k} = {_K3.sparsity:g} in K3 ({_K2.n_routed_experts} / {_K2.top_k} = {_K2.sparsity:g} in K2).",
          "It counts experts, not parameters: with the shared experts, attention and the output head always "
          f"running, about {_P.active_share:.1%} of K3's parameters are active per token.",
-         "overview"),
+         "overview", source="K3 report sec 2.3 (896 / 16 = 56, in its text; no numbered equation)"),
     Term("Active parameters", "active-parameters",
          "The parameters used to compute one token: everything except the routed experts it did not pick and "
          f"the embedding table (of which only the token's own row is read). For K3, about {_P.active / 1e9:.1f}B "
@@ -119,10 +120,12 @@ TERMS: tuple[Term, ...] = (
          f"K3's MoE layer: a sigmoid router on the full-width token, {_K3.n_routed_experts} routed SiTU-GLU experts working in a "
          "latent of half the width, an RMSNorm before projecting their mix back up, and 2 full-width shared "
          "experts.",
-         "\"Stable\" refers to the bounded activation and the RMSNorm on the routed path: the K3 report says that "
-         "chain of about four matrix products blew up at scale without them. The latent design comes from "
-         "NVIDIA's LatentMoE (arXiv 2601.18089); the stability changes are K3's own.",
-         "routing"),
+         "\"Stable\" names three components for two failure modes (K3 report sec 2.3): at K3's scale the routed "
+         "path, a chain of nearly four matrix products, produces exploding internal activations, which the RMSNorm "
+         "before the up-projection and SiTU-GLU suppress; and balancing nearly a thousand experts is hard, which "
+         "Quantile Balancing answers. The latent design is NVIDIA's LatentMoE (arXiv 2601.18089); the stability "
+         "changes are K3's own.",
+         "routing", source="K3 report Eq. 11, sec 2.3"),
     Term("Latent (LatentMoE latent width)", "latent",
          f"In K3's MoE layers one shared projection maps the token from width d = {_K3.d_model:,} down to a latent "
          f"of width l = d/2 = {_K3.expert_width:,} (published in K3's config); the routed experts read and write only "
@@ -130,7 +133,7 @@ TERMS: tuple[Term, ...] = (
          f"Tokens cross devices at the latent width, so a token's {_K3.top_k} experts move {_K3.top_k} × "
          f"{_K3.expert_width:,} = {_K3.top_k * _K3.expert_width:,} values, the same as K2's {_K2.top_k} × "
          f"{_K2.expert_width:,}. The router and the shared experts still read the full-width token.",
-         "parallel"),
+         "parallel", source="K3 report Eq. 11, sec 2.3"),
     Term("Layer (of K3)", "layer",
          f"One of K3's {_K3.num_layers} layers: a read over depth (AttnRes), RMSNorm, attention (Kimi Delta "
          f"Attention in {_K3.n_kda} layers, gated MLA in {_K3.n_mla}), a second read, RMSNorm, and a feed-forward "
@@ -143,7 +146,9 @@ TERMS: tuple[Term, ...] = (
          f"a small epsilon, 1e{round(math.log10(_K3.norm_eps))} in K3) and multiply by a learned gain per channel.",
          "K3 applies it before every attention and feed-forward module, before the output head, and in "
          "LatentMoE before the up-projection. AttnRes uses a version without gain to compare its sources.",
-         None),
+         None,
+         source=("Zhang and Sennrich, arXiv 1910.07467; in K3 inside K3 report Eq. 9 (its keys, sec 2.2), Eq. 6 (sec "
+                 "2.1.1) and Eq. 11 (sec 2.3)")),
     # ---- inside an expert -------------------------------------------------------------------------------
     Term("SiTU-GLU", "situ-glu",
          f"K3's gated activation: [{_n(BETA_GATE)}·tanh(g/{_n(BETA_GATE)})·sigmoid(g)] × "
@@ -151,13 +156,15 @@ TERMS: tuple[Term, ...] = (
          f"are bounded, so every output value stays within ±{_n(_CAP)}.",
          "Near zero it matches SwiGLU to first order and approaches it as the caps grow. K3 uses it in every "
          "feed-forward network: the dense layer 0, the shared and the routed experts.",
-         "situ-glu"),
+         "situ-glu", source="K3 report Eq. 12, sec 2.3.2"),
     Term("SwiGLU", "swiglu",
          "The gated activation of most current language models, Kimi K2 included: g·sigmoid(g) × u, the Swish "
          "of one projection times another. It has no upper bound, so large inputs give large outputs.",
          (f"Its gate factor dips to about {_SWISH_MIN:.2f} (at g ≈ {_SWISH_MIN_AT:.2f})").replace("-", "−")
          + " and grows without limit for positive g.",
-         "situ-glu"),
+         "situ-glu",
+         source=("Shazeer, arXiv 2002.05202; K3 report sec 2.3.2 and Fig. 4 set it beside SiTU-GLU (no numbered "
+                 "equation of its own)")),
     # ---- attention ----------------------------------------------------------------------------------------
     Term("KDA (Kimi Delta Attention)", "kda",
          f"A linear-attention layer from Kimi Linear that keeps a fixed-size state per head ({_K3.kda_head_dim} × "
@@ -166,20 +173,20 @@ TERMS: tuple[Term, ...] = (
          f"Before each write, every key channel of the state decays by its own learned factor between "
          f"e^{_n(_K3.kda_gate_bound).replace('-', '−')} and 1, chosen per token. Its memory does not grow with the "
          f"context: per layer, the state plus the last {_K3.kda_conv - 1} inputs of a short convolution.",
-         "attention"),
+         "attention", source="K3 report Eq. 1–6, sec 2.1.1 (Kimi Linear, arXiv 2510.26692)"),
     Term("Delta rule", "delta-rule",
          "A state update that first predicts the current token's value from the state (Sᵀk), then writes only "
          "the error: S ← S + k ⊗ β(v − Sᵀk), with β in (0, 1) a learned write strength per head and token.",
          "Writing the error instead of the value lets a new value replace an old one stored under a similar key. "
          "In KDA the state is decayed first, and the query reads the state after the write.",
-         "attention"),
+         "attention", source="K3 report Eq. 1, sec 2.1.1"),
     Term("Chunked (UT) form", "chunked-form",
          "A way to compute the delta rule for a chunk of tokens at once with matrix products instead of a "
          "token-by-token loop: one triangular solve per chunk (the UT transform) folds the chunk's sequential "
          "writes into a single batched update.",
          "It gives the same outputs and final state as the recurrent loop (to about 1e-12 in float64). The live "
          "model reads a prompt with the chunked form and generates token by token with the recurrent one.",
-         "attention"),
+         "attention", source="K3 report Eq. 3–4, sec 2.1.1"),
     Term("MLA (gated latent attention)", "mla",
          "Multi-head Latent Attention, from DeepSeek-V2: each token's keys and values are rebuilt from one small "
          "latent vector, so only that latent is cached. K3 adds a sigmoid output gate per channel and uses it in "
@@ -187,14 +194,14 @@ TERMS: tuple[Term, ...] = (
          f"At K3 scale a token costs {_K3.kv_lora_rank} latent + {_K3.qk_rope_dim} shared key values = {_MLA_TOK} "
          f"cached values per MLA layer, against {_MHA_TOK:,} for standard multi-head attention with the same "
          f"{_K3.mla_heads} heads of {_K3.v_head_dim}.",
-         "attention"),
+         "attention", source="K3 report Eq. 7, sec 2.1.2, for the gate (MLA itself: DeepSeek-V2, arXiv 2405.04434)"),
     Term("Output gate (gated MLA)", "output-gate",
          "In K3's MLA layers, a sigmoid of a linear map of the layer's input, one value in (0, 1) per channel, "
          "multiplies the attention output before the output projection.",
          "It lets each token turn attention channels down, for instance when nothing earlier in the text is worth "
          "reading, instead of always adding the softmax-weighted mix. Kimi K2's MLA has no such gate. Because the "
          "gate sits between the value and output projections, they cannot be folded into one matrix.",
-         "layer"),
+         "layer", source="K3 report Eq. 7, sec 2.1.2 (KDA's own output gate: K3 report Eq. 6, sec 2.1.1)"),
     Term("KV cache / latent cache", "kv-cache",
          "The keys and values of past tokens that a softmax-attention layer keeps so it need not recompute them "
          f"while generating; it grows by one entry per token. MLA's latent cache stores only the {_MLA_TOK}-value "
@@ -217,42 +224,42 @@ TERMS: tuple[Term, ...] = (
          f"{vectors_alive(_K3.num_layers, _K3.attnres_block_size)} sources (embedding, {_N_BLOCKS - 1} sealed blocks, "
          f"the current partial block), where Full would keep {vectors_alive(_K3.num_layers, None)} vectors per token. "
          "With all queries at zero the weights are uniform, which computes the same as a standard Pre-Norm residual.",
-         "attnres"),
+         "attnres", source="K3 report Eq. 8–10, sec 2.2 (Attention Residuals preprint, arXiv 2603.15031)"),
     Term("Block (AttnRes)", "block",
          "A run of consecutive layers whose module outputs Block AttnRes adds into one source. K3 uses blocks of "
          f"{_K3.attnres_block_size} layers: its {_K3.num_layers} layers form {_N_BLOCKS} blocks "
          f"({_K3.attnres_blocks.count(_BLOCK_SIZES[0])} of {_BLOCK_SIZES[0]} and one of {_BLOCK_SIZES[-1]}).",
          "Not to be confused with the block of 32 values that shares a scale in MXFP4.",
-         "attnres"),
+         "attnres", source="K3 report Eq. 10, sec 2.2"),
     # ---- load balancing -----------------------------------------------------------------------------------
     Term("Load (max/mean)", "load",
          "An expert's load is the number of tokens routed to it in a batch. Max/mean divides the busiest "
          "expert's load by the average, m·k/n for m tokens, top-k and n experts: 1 is perfect balance.",
          "Under expert parallelism the device holding the busiest experts sets the pace, and an expert that gets "
          "no tokens (a dead expert) wastes its parameters.",
-         "balance"),
+         "balance", source="K3 report sec 2.3.3 (the target load q = mk/n, in its text)"),
     Term("Balancing bias", "balancing-bias",
          "A number per expert added to the router's scores only to choose the top-k: raising it sends the "
          "expert more tokens, lowering it fewer. The output weights use the raw scores, so the bias never "
          "changes how much a chosen expert counts.",
          "It is set by a balancing rule (Quantile Balancing in K3, the sign rule in DeepSeek-V3 and K2), not by "
          "gradients, so it is not counted as a parameter, and it is frozen at inference.",
-         "balance"),
+         "balance", source="K3 report Eq. 13, sec 2.3.3"),
     Term("Quantile Balancing (QB)", "qb",
          "K3's rule for the balancing bias: after each batch, every expert's bias becomes the value that would "
          "have given it exactly its fair share of m·k/n tokens (a quantile of its margins: score minus each "
          "token's cutoff), then all biases are shifted to mean 0.",
          "It jumps straight to the bias that would have balanced the batches it was set from, so it needs no step "
          f"size and settles within a few steps even with K3's {_K3.n_routed_experts} experts. The new bias applies "
-         "from the next batch; counting margins in a histogram (about a thousand bins) lets the quantile be added "
-         "up across micro-batches and devices.",
-         "balance"),
+         "from the next batch; counting margins in a histogram (a few hundred bins per expert in K3, about a thousand "
+         "here) lets the quantile be added up across micro-batches and devices.",
+         "balance", source="K3 report Eq. 14, sec 2.3.3"),
     Term("Sign rule", "sign-rule",
          "DeepSeek-V3's bias update: after each batch, b_j ← b_j + γ·sign(mean load − load_j), with γ = 0.001: "
          "a fixed small step toward balance for every expert.",
          "It is a SignSGD step on the same objective that Quantile Balancing minimises exactly, so with many "
          "experts it needs many steps, and a large γ overshoots.",
-         "balance"),
+         "balance", source="DeepSeek-V3, arXiv 2412.19437; K3 report sec 2.3.3 writes it in its text (no number)"),
     # ---- precision ----------------------------------------------------------------------------------------
     Term("MXFP4", "mxfp4",
          "The OCP Microscaling format with 4-bit E2M1 elements: each block of 32 values shares one 8-bit "
@@ -262,40 +269,40 @@ TERMS: tuple[Term, ...] = (
          "trains with the rounding in place only after pre-training, in SFT and RL (K3 report, section 4.1), and "
          "does not say which gradient estimator it uses. The live model's straight-through estimator in the last "
          "phase of pre-training is this project's choice.",
-         "quantization"),
+         "quantization", source="OCP Microscaling Formats spec v1.0; K3's use: K3 report sec 4.1.4"),
     Term("MXFP8", "mxfp8",
          "The same microscaling scheme with 8-bit elements and one E8M0 scale per block of 32: "
          f"{_MXFP8_BITS:g} bits per value with E4M3 elements. K3 uses MXFP8 for the activations inside its experts.",
          "The OCP spec defines E4M3 and E5M2 elements. The K3 report says only MXFP8; E4M3 is the element type "
          "K3's serving kernels take, and the one this app uses.",
-         "quantization"),
+         "quantization", source="OCP Microscaling Formats spec v1.0; K3's use: K3 report sec 4.1.4"),
     Term("E2M1", "e2m1",
          "A 4-bit floating-point element with 1 sign, 2 exponent and 1 mantissa bit. It can hold only "
          "±{" + ", ".join(_n(v) for v in E2M1_GRID) + "}; values are rounded to the nearest, ties to the even code.",
          f"So 0.75 rounds to 1, 1.25 to 1, 2.5 to 2 and 5 to 4; anything beyond {_n(FORMATS['e2m1'].max)} is clamped "
          f"to {_n(FORMATS['e2m1'].max)}.",
-         "quantization"),
+         "quantization", source="OCP Microscaling Formats spec v1.0"),
     Term("E4M3", "e4m3",
          "An 8-bit floating-point element with 1 sign, 4 exponent and 3 mantissa bits; its largest finite "
          f"value is {_n(_E4M3_MAX)}.",
          f"That limit binds only without a scale: in MXFP8 each block of 32 gets its own power-of-two scale, so "
          f"large values are scaled into range. SiTU-GLU's cap of {_n(_CAP)} bounds the value itself; SwiGLU's "
          "output has no cap.",
-         "quantization"),
+         "quantization", source="OCP Microscaling Formats spec v1.0"),
     Term("E8M0 scale", "e8m0",
          "The shared scale of an MX block: 8 exponent bits and no sign or mantissa, so it is always a power of "
          "two, 2^(E−127) for E from 0 to 254. It is set from the block's largest magnitude.",
          f"X = 2^(floor(log2 amax) − emax), with emax = {FORMATS['e2m1'].emax} for E2M1 and {FORMATS['e4m3'].emax} "
          "for E4M3, puts the block's largest value "
          "near the top of the element grid; each element is stored as X times a grid value.",
-         "quantization"),
+         "quantization", source="OCP Microscaling Formats spec v1.0"),
     Term("Block of 32", "block-of-32",
          "In the MX formats, 32 consecutive values (along the input dimension of a weight matrix) that share "
          "one E8M0 scale, so one large value coarsens only its own block.",
          "The live model stores each expert's matrix [out, in] and cuts blocks along its rows, so a block "
          "runs along the input dimension; its rows (16 or 8 inputs) are shorter than 32, so one block holds "
          "two or four consecutive rows. Not to be confused with an AttnRes block of layers.",
-         "quantization"),
+         "quantization", source="OCP Microscaling Formats spec v1.0"),
     # ---- devices ------------------------------------------------------------------------------------------
     Term("Expert parallelism", "expert-parallelism",
          f"Spreading a layer's experts over devices (for example {_K3.n_routed_experts} over 8 devices would be "

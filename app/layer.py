@@ -3,15 +3,16 @@
 Every number comes from one cached forward of the live model: the AttnRes reads, module inputs,
 outputs and partial sums its trace recorded, and each module's intermediates as the module's own
 `parts` computes them from the recorded input (`K3Model.inspect`); the router gradient comes from
-`K3Model.router_gradients`. Nothing before the layer runs again. Equations follow docs/ARCHITECTURE.md,
-whose sections cite the K3 report by section (the sources this project works from give no equation
-numbers, so none are quoted). Shapes: the live instance's beside K3's, both from model.config.
+`K3Model.router_gradients`. Nothing before the layer runs again. Equations follow docs/ARCHITECTURE.md;
+every step names the K3 report's own equation and section ("K3 report Eq. 11, sec 2.3") beside the
+docs/ section. Shapes: the live instance's beside K3's, both from model.config.
 
 Pure functions first (`layer_data`, `walk`, `gradient_step`); the cached wrappers for the page at the end.
 """
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -37,16 +38,32 @@ VIEWS = {"attention": ("1–2 · Read, RMSNorm, attention", ("read_attn", "attn"
          "ffn": ("3 · Read, RMSNorm, FFN", ("ffn",)),
          "onward": ("4–5 · Onward, and how the router learns", ("residual", "learn")),
          "all": ("The whole layer", tuple(PART_TITLES))}
-# Where each step's equation is written down (docs/ARCHITECTURE.md sections; they cite the K3 report by
-# section, and the report's equation numbers are not known here).
+# Where each step's equation is written down: the K3 report's equation and section (arXiv 2607.24653 v2, the
+# equations as numbered there: 1-6 KDA, 7 gated MLA, 8-10 AttnRes, 11 LatentMoE, 12 SiTU-GLU, 13-14 routing and
+# Quantile Balancing), then the docs/ARCHITECTURE.md section that writes it as this code runs it.
 CITE = {
-    "attnres": "docs/ARCHITECTURE.md §1 (Attention Residuals preprint arXiv 2603.15031; K3 report section 2.2)",
-    "norm": "docs/ARCHITECTURE.md §1 (every module reads RMSNorm(h); RMSNorm with ε = 1e-5)",
-    "kda": "docs/ARCHITECTURE.md §2 (Kimi Linear arXiv 2510.26692, with K3's bounded decay gate)",
-    "mla": "docs/ARCHITECTURE.md §3 (DeepSeek-V2 arXiv 2405.04434; K3 report: NoPE, output gate)",
-    "situ": "docs/ARCHITECTURE.md §4 (K3 report: SiTU-GLU, caps 4 and 25)",
-    "moe": "docs/ARCHITECTURE.md §5 (K3 report: Stable LatentMoE; NVIDIA LatentMoE arXiv 2601.18089)",
-    "qb": "docs/ARCHITECTURE.md §5 and §6 (K3 report: Quantile Balancing)",
+    "read": "K3 report Eq. 8–10, sec 2.2 · docs/ARCHITECTURE.md §1 (Attention Residuals preprint arXiv 2603.15031)",
+    "norm": "K3 report Eq. 9, sec 2.2, for h; the RMSNorm after it is drawn in the report's Fig. 2 and has no "
+            "equation of its own · docs/ARCHITECTURE.md §1 (RMSNorm with ε = 1e-5)",
+    "kda_qkv": "K3 report Eq. 2, sec 2.1.1 · docs/ARCHITECTURE.md §2 (Kimi Linear arXiv 2510.26692)",
+    "kda_gate": "K3 report Eq. 2 and Eq. 5, sec 2.1.1 (K3's lower-bounded decay) · docs/ARCHITECTURE.md §2",
+    "kda_state": "K3 report Eq. 1, sec 2.1.1 · docs/ARCHITECTURE.md §2",
+    "kda_read": "K3 report Eq. 1, sec 2.1.1 (the read Sᵀq) · docs/ARCHITECTURE.md §2 (with the d_k^−1/2 scale)",
+    "kda_out": "K3 report Eq. 6, sec 2.1.1 · docs/ARCHITECTURE.md §2",
+    "mla_latent": "K3 report sec 2.1.2, which writes the latent c = W_c x in its text with no equation number "
+                  "(MLA's own equations are DeepSeek-V2's, arXiv 2405.04434) · docs/ARCHITECTURE.md §3 (NoPE)",
+    "mla_attn": "K3 report Eq. 7, sec 2.1.2, whose ungated output ô this is (the attention itself is DeepSeek-V2's "
+                "MLA, arXiv 2405.04434) · docs/ARCHITECTURE.md §3",
+    "mla_gate": "K3 report Eq. 7, sec 2.1.2 · docs/ARCHITECTURE.md §3",
+    "dense": "K3 report Eq. 12, sec 2.3.2 (caps 4 and 25) · docs/ARCHITECTURE.md §4",
+    "router": "K3 report Eq. 13, sec 2.3.3 · docs/ARCHITECTURE.md §5",
+    "moe_down": "K3 report Eq. 11, sec 2.3 · docs/ARCHITECTURE.md §5 (NVIDIA LatentMoE arXiv 2601.18089)",
+    "experts": "K3 report Eq. 11, sec 2.3, with each expert's SiTU-GLU K3 report Eq. 12, sec 2.3.2 · "
+               "docs/ARCHITECTURE.md §5",
+    "moe_up": "K3 report Eq. 11, sec 2.3 and 2.3.1 · docs/ARCHITECTURE.md §5",
+    "shared": "K3 report Eq. 11, sec 2.3 · docs/ARCHITECTURE.md §5 (shared experts: DeepSeekMoE arXiv 2401.06066)",
+    "residual": "K3 report Eq. 10, sec 2.2 (the block sums b_n) · docs/ARCHITECTURE.md §1",
+    "gradient": "K3 report Eq. 13 and Eq. 14, sec 2.3.3 · docs/ARCHITECTURE.md §5 and §6",
 }
 
 
@@ -212,7 +229,7 @@ def _read_step(d: LayerData, t: int, m: str, cfg: K3Config, part: str) -> Step:
         equation=(r"a_s = \operatorname{softmax}_s\big(\mathrm{RMSNorm}(V_s)\cdot w\big) \\ "
                   r"h = \textstyle\sum_s a_s V_s"),
         filled=rf"h = {terms}",
-        cite=CITE["attnres"],
+        cite=CITE["read"],
         shapes=(Shape("sources V_s", dims(S, cfg.d_model), dims(S, FULL.d_model),
                       "published (d); the same sources, by the same block schedule"),
                 Shape("h", dims(cfg.d_model), dims(FULL.d_model))),
@@ -269,7 +286,7 @@ def _kda_steps(d: LayerData, t: int, cfg: K3Config) -> list[Step]:
              r"q \leftarrow \frac{q}{\lVert q\rVert}",
              rf"\lVert q_0\rVert = {tex(norm(q[0]))},\ \lVert k_0\rVert = {tex(norm(k[0]))},\ "
              rf"\lVert v_0\rVert = {tex(norm(v[0]))}",
-             CITE["kda"],
+             CITE["kda_qkv"],
              (Shape("q, k, v per head", dims(H, dk), dims(Hf, dkf)),
               Shape("all heads", dims(P), dims(Pf), f"derived: {Hf} heads × {dkf}")),
              "One row per head and vector, one column per channel; q and k have length 1 per head.",
@@ -285,7 +302,7 @@ def _kda_steps(d: LayerData, t: int, cfg: K3Config) -> list[Step]:
               rf"{tex(abs(b))})\big) = "
               rf"{tex(a['g'][t, 0, h0])} \\ e^{{g_{{0,{h0}}}}} = {tex(keep[0, h0])} \\ "
               + r",\ ".join(rf"\beta_{h} = {tex(beta[h])}" for h in range(H))),
-             CITE["kda"],
+             CITE["kda_gate"],
              (Shape("g (decay per key channel)", dims(H, dk), dims(Hf, dkf)),
               Shape("β (one per head)", dims(H), dims(Hf))),
              f"Share of each key channel's state kept (e^g, 0 to 1), per head; channel {h0} of head 0 forgets most "
@@ -300,7 +317,7 @@ def _kda_steps(d: LayerData, t: int, cfg: K3Config) -> list[Step]:
               r"S \leftarrow S + k \otimes \beta\,(v - S^{\top}k)"),
              (rf"\lVert S\rVert: {tex(norm(S_before[0]))} \to {tex(norm(decayed[0]))} \to {tex(norm(S_after[0]))}"
               rf" \\ \lVert \beta(v - S^{{\top}}k)\rVert = {tex(norm(beta[0] * err[0]))}"),
-             CITE["kda"],
+             CITE["kda_state"],
              (Shape("state S", dims(H, dk, dk), dims(Hf, dkf, dkf), "published heads and widths (d_v = d_k)"),),
              ("Per head: the state before this token, after it, and the change (decay plus write). Its size never "
               "grows with the text."),
@@ -311,7 +328,7 @@ def _kda_steps(d: LayerData, t: int, cfg: K3Config) -> list[Step]:
               f"{', '.join(map(str, range(H)))}."),
              r"o = S^{\top} q \,/\sqrt{d_k}",
              rf"o_h = S_h^{{\top}} q_h \cdot {tex(dk ** -0.5)},\quad \lVert o_0\rVert = {tex(norm(o[0]))}",
-             CITE["kda"],
+             CITE["kda_read"],
              (Shape("o", dims(H, dk), dims(Hf, dkf)),),
              "The read per head and value channel.",
              {"o": o}),
@@ -322,7 +339,7 @@ def _kda_steps(d: LayerData, t: int, cfg: K3Config) -> list[Step]:
               f"values back to the model width: this is the attention output a."),
              r"a = W_o\big(\mathrm{RMSNorm}(o) \odot \sigma(x W_g)\big)",
              rf"\bar g = {tex(gate.mean())},\quad \lVert a\rVert = {tex(norm(a['out'][t]))}",
-             CITE["kda"],
+             CITE["kda_out"],
              (Shape("gate", dims(P), dims(Pf), f"derived: {Hf} × {dkf}"),
               Shape("a", dims(cfg.d_model), dims(FULL.d_model))),
              "Per channel: the normalised read, the gate (0 blocks, 1 passes) and their product, which W_o turns "
@@ -351,7 +368,7 @@ def _mla_steps(d: LayerData, t: int, cfg: K3Config, pieces: list[str]) -> list[S
               "position is encoded: the k_R slice is never rotated (NoPE)."),
              r"[\tilde c\,;\,k_R] = x W_{dkv} \\ c = \mathrm{RMSNorm}(\tilde c)",
              rf"\lVert c\rVert = {tex(norm(a['latent'][t]))},\quad \lVert k_R\rVert = {tex(norm(a['k_rope'][t]))}",
-             CITE["mla"],
+             CITE["mla_latent"],
              (Shape("cached row [c ; k_R]", dims(cache), dims(FULL.kv_lora_rank + FULL.qk_rope_dim),
                     f"derived: {FULL.kv_lora_rank} + {FULL.qk_rope_dim}"),),
              "The cached row: the latent c, then the unrotated key slice k_R.",
@@ -363,7 +380,7 @@ def _mla_steps(d: LayerData, t: int, cfg: K3Config, pieces: list[str]) -> list[S
               r"d_{\text{rope}}}}\Big) \\ o_i = \textstyle\sum_j \alpha_{ij} v_j"),
              (rf"\frac{{1}}{{\sqrt{{{nope} + {r}}}}} = {tex(scale)} \\ "
               + r",\ ".join(rf"\max_j \alpha_{{{h},j}} = {tex(probs[h, tops[h]])}" for h in range(H))),
-             CITE["mla"],
+             CITE["mla_attn"],
              (Shape("weights of this token", dims(H, t + 1), dims(FULL.mla_heads, t + 1),
                     "published heads; one weight per earlier token"),
               Shape("q · k width per head", dims(nope + r), dims(FULL.qk_nope_dim + FULL.qk_rope_dim),
@@ -379,7 +396,7 @@ def _mla_steps(d: LayerData, t: int, cfg: K3Config, pieces: list[str]) -> list[S
              r"a = W_o\big(\sigma(x W_g) \odot [o_1; \dots; o_H]\big)",
              rf"\bar g = {tex(gate.mean())},\ \min g = {tex(gate.min())},\ \max g = {tex(gate.max())} \\ "
              rf"\lVert a\rVert = {tex(norm(a['out'][t]))}",
-             CITE["mla"],
+             CITE["mla_gate"],
              (Shape("gate", dims(H * vd), dims(FULL.mla_heads * FULL.v_head_dim),
                     f"derived: {FULL.mla_heads} × {FULL.v_head_dim}"),
               Shape("a", dims(cfg.d_model), dims(FULL.d_model))),
@@ -399,7 +416,7 @@ def _dense_steps(d: LayerData, t: int, cfg: K3Config) -> list[Step]:
         (r"m = \Big[4\tanh\tfrac{g}{4}\,\sigma(g)\Big] \odot \Big[25\tanh\tfrac{u}{25}\Big] W_{\text{down}} \\ "
          r"\quad g = x W_{\text{gate}},\ u = x W_{\text{up}}"),
         rf"\max_j |h_j| = {tex(hmax)} \le {BETA_GATE * BETA_UP:g},\quad \lVert m\rVert = {tex(norm(f['out'][t]))}",
-        CITE["situ"],
+        CITE["dense"],
         (Shape("hidden", dims(cfg.dense_hidden), dims(FULL.dense_hidden)),
          Shape("m", dims(cfg.d_model), dims(FULL.d_model))),
         "Every hidden value of the dense FFN for this token, within ±100.",
@@ -429,7 +446,7 @@ def _moe_steps(d: LayerData, t: int, cfg: K3Config) -> list[Step]:
              (rf"\textstyle\sum_{{\mathcal T}} s_j = {tex(ssum)} \\ "
               + r" \\ ".join(rf"p_{{{i}}} = \frac{{{tex(s[i])}}}{{{tex(ssum)}}} = {tex(pi)}" for i, pi in lead)
               + r",\ \dots"),
-             CITE["moe"],
+             CITE["router"],
              (Shape("scores s, bias b", dims(E), dims(FULL.n_routed_experts)),
               Shape("chosen, weights p", dims(k), dims(FULL.top_k))),
              (f"Left: all {E} experts ranked by biased score s + b, the chosen {k} in colour, the cutoff dashed. "
@@ -442,7 +459,7 @@ def _moe_steps(d: LayerData, t: int, cfg: K3Config) -> list[Step]:
               "expert parallelism sends between devices."),
              r"z = x\,W_{\text{down}}",
              rf"\lVert x\rVert = {tex(norm(d.reads['ffn'].x[t]))} \;\to\; \lVert z\rVert = {tex(norm(f['z'][t]))}",
-             CITE["moe"],
+             CITE["moe_down"],
              (Shape("x", dims(cfg.d_model), dims(FULL.d_model)),
               Shape("z", dims(l), dims(FULL.expert_width), "published (= d/2)")),
              "The FFN input x and its latent z, per channel.",
@@ -458,22 +475,24 @@ def _moe_steps(d: LayerData, t: int, cfg: K3Config) -> list[Step]:
              r"E_i(z) = \mathrm{SiTU\text{-}GLU}(z)\,W_{\text{down}}^{(i)}",
              ("u = " + " + ".join(rf"{tex(pi)}\,E_{{{i}}}(z)" for i, pi in lead[:2]) + r" \\ + "
               + rf"{tex(lead[2][1])}\,E_{{{lead[2][0]}}}(z) + \dots\ ({k}\ \text{{terms}})"),
-             CITE["moe"],
+             CITE["experts"],
              (Shape(f"E_i(z), {k} experts", dims(k, l), dims(FULL.top_k, FULL.expert_width)),
               Shape("expert hidden", dims(fh), dims(FULL.expert_hidden))),
              "One row per chosen expert (its weight p in the label), one column per latent channel; the bottom row "
              "is their weighted sum u.",
              {"experts": f["expert_out"][t], "indices": idx, "weights": p, "u": f["u"][t]}),
         Step("moe_up", "ffn", "RMSNorm, then back up to full width",
-             (f"The weighted sum is normalised (RMSNorm with gain) before the up-projection. This norm and the "
-              "bounded SiTU-GLU are what the K3 report calls “stable”: without them the routed path, a chain of "
-              "about four matrix products, diverged at scale. "
+             (f"The weighted sum is normalised (RMSNorm with gain) before the up-projection. “Stable” LatentMoE is "
+              "three components for two failure modes (K3 report sec 2.3): at K3's scale the routed path, a chain of "
+              "nearly four matrix products, produces exploding internal activations, which this RMSNorm and the "
+              "bounded SiTU-GLU suppress; and the load of nearly 10³ experts is hard to balance, which Quantile "
+              "Balancing evens. "
               f"Computed: rms(u) = {np.sqrt(np.mean(f['u'][t].astype(np.float64) ** 2)):.3g}; after the norm each "
               "channel is u / rms(u) times its gain, so the scale of u no longer matters."),
              r"r = W_{\text{up}}\,\mathrm{RMSNorm}(u)",
              rf"\lVert u\rVert = {tex(norm(f['u'][t]))} \to \lVert \mathrm{{RMSNorm}}(u)\rVert = "
              rf"{tex(norm(f['u_normed'][t]))} \\ \to \lVert r\rVert = {tex(norm(routed[t]))}",
-             CITE["moe"],
+             CITE["moe_up"],
              (Shape("u", dims(l), dims(FULL.expert_width)), Shape("r (routed output)", dims(cfg.d_model),
                                                                      dims(FULL.d_model))),
              "The latent sum before and after its RMSNorm, and the routed output r at full width.",
@@ -488,7 +507,7 @@ def _moe_steps(d: LayerData, t: int, cfg: K3Config) -> list[Step]:
              r"m = \mathrm{Shared}(x) + W_{\text{up}}\,\mathrm{RMSNorm}(u)",
              rf"\lVert \mathrm{{Shared}}(x)\rVert = {tex(norm(shared[t]))} \\ \lVert r\rVert = {tex(norm(routed[t]))},"
              rf"\ \lVert m\rVert = {tex(norm(m[t]))}",
-             CITE["moe"],
+             CITE["shared"],
              (Shape("shared hidden", dims(cfg.n_shared_experts * cfg.shared_hidden), dims(nf),
                     f"derived: {FULL.n_shared_experts} × {FULL.shared_hidden:,}"),
               Shape("m (FFN output)", dims(cfg.d_model), dims(FULL.d_model))),
@@ -528,7 +547,7 @@ def _residual_step(d: LayerData, t: int, cfg: K3Config) -> Step:
         ("There is no h + f(h): the attention output a and the FFN output m are added to the running sum of the "
          f"open block, which later reads see as one source. {seal}"),
         r"\text{partial} \leftarrow \text{partial} + a + m",
-        eq_fill, CITE["attnres"],
+        eq_fill, CITE["residual"],
         (Shape("partial, a, m", dims(cfg.d_model), dims(FULL.d_model)),),
         "The open block's sum before this layer, the two module outputs, and the sum after, per channel "
         "(without the first row when this layer started a new block).",
@@ -620,7 +639,7 @@ def gradient_step(d: LayerData, token: int, loss: float, grads: np.ndarray, cfg:
          r"\sum_{i \in \mathcal T} p_i \frac{\partial L}{\partial p_i}\Big) \\ "
          r"\frac{\partial L}{\partial b} = 0"),
         rf"\textstyle\sum_{{i \in \mathcal T}} s_i \frac{{\partial L}}{{\partial s_i}} = {tex(check)}",
-        CITE["qb"],
+        CITE["gradient"],
         (Shape("∂L/∂s (nonzero)", dims(cfg.top_k), dims(FULL.top_k)),),
         ("−∂L/∂s_i for each chosen expert: a bar above zero is a score one gradient step would raise (more "
          "weight "
@@ -629,14 +648,24 @@ def gradient_step(d: LayerData, token: int, loss: float, grads: np.ndarray, cfg:
         {"indices": idx, "descent": -g, "scores": s, "last": last})
 
 
+_REPORT_REF = re.compile(r"K3 report (?:Eq\. \d+(?:–\d+)?(?: and Eq\. \d+)?, )?sec \d+(?:\.\d+)*")
+
+
+def report_ref(cite: str) -> str:
+    """The K3 report's equation and section a step's citation opens with, e.g. "K3 report Eq. 11, sec 2.3"."""
+    m = _REPORT_REF.match(cite)
+    return m.group(0) if m else ""
+
+
 def layer_map(steps: list[Step], shown: set[str], gradient: str) -> str:
-    """Every step of the layer in one table, with one computed number each; ▶ marks the steps drawn below."""
-    rows = ["| | step | part | this token (computed) |", "|---|---|---|---|"]
+    """Every step of the layer in one table, with one computed number each and the K3 report's equation;
+    ▶ marks the steps drawn below."""
+    rows = ["| | step | part | this token (computed) | in the K3 report |", "|---|---|---|---|---|"]
     for n, s in enumerate(steps, 1):
         rows.append(f"| {'▶' if s.part in shown else ''} | {n}. {s.title} | {PART_TITLES[s.part][0]} | "
-                    f"{headline(s)} |")
+                    f"{headline(s)} | {report_ref(s.cite).removeprefix('K3 report ')} |")
     rows.append(f"| {'▶' if 'learn' in shown else ''} | {len(steps) + 1}. Which scores the loss would raise or "
-                f"lower | 5 | {gradient} |")
+                f"lower | 5 | {gradient} | {report_ref(CITE['gradient']).removeprefix('K3 report ')} |")
     return "\n".join(rows)
 
 

@@ -3,17 +3,17 @@ assets/ (written by `python -m model.train` and `python -m model.evaluate`). Pur
 from __future__ import annotations
 
 import functools
-import json
-from pathlib import Path
+import re
 
 import pandas as pd
 
+from app import assets
 from model.accounting import count_params
 from model.checkpoint import card_phases
 from model.config import K3Config, provenance
 
 NUMBER_WORDS = {2: "two", 3: "three", 4: "four", 5: "five"}
-ASSETS = Path(__file__).resolve().parent.parent / "assets"
+ASSETS = assets.ASSETS
 CONFIG_FIELDS = (
     "num_layers", "d_model", "vocab_size", "kda_heads", "kda_head_dim", "mla_heads", "q_lora_rank",
     "kv_lora_rank", "qk_nope_dim", "qk_rope_dim", "v_head_dim", "dense_hidden", "n_routed_experts",
@@ -22,17 +22,32 @@ CONFIG_FIELDS = (
 )
 
 
+PROBLEMS: dict[str, str] = {}       # asset name -> why it could not be read (the page says so)
+
+
 def load_json(name: str) -> dict | None:
-    path = ASSETS / name
-    return json.loads(path.read_text()) if path.exists() else None
+    """A JSON file of assets/, None when it is missing or damaged (then PROBLEMS[name] says why)."""
+    try:
+        value = assets.read_json(name)
+    except assets.AssetError as e:
+        PROBLEMS[name] = str(e)
+        return None
+    PROBLEMS.pop(name, None)
+    return value if isinstance(value, dict) else None
 
 
 def train_log() -> pd.DataFrame | None:
     path = ASSETS / "train_log.csv"
     if not path.exists():
         return None
-    df = pd.read_csv(path)
-    return df if len(df) else None
+    try:
+        df = pd.read_csv(path)
+    except (OSError, ValueError) as e:              # pandas' parser errors are ValueErrors
+        PROBLEMS[path.name] = f"{assets.shown(path)} could not be read ({type(e).__name__})"
+        return None
+    PROBLEMS.pop(path.name, None)
+    need = {"step", "loss"}
+    return df if len(df) and need <= set(df.columns) else None
 
 
 def config_table() -> pd.DataFrame:
@@ -54,6 +69,78 @@ def config_table() -> pd.DataFrame:
                  "Kimi K3": f"{pf.total / 1e9:,.1f}B / {pf.active / 1e9:,.2f}B", "same": "shrunk",
                  "K3 value is": "computed", "source": "model/accounting.py (equals numel of the live model)"})
     return pd.DataFrame(rows)
+
+
+def report_eq(text: str) -> str:
+    """A card's own words with the QB equation cited as every page cites the report, K3 report Eq. 14, sec 2.3.3
+    (model.train writes the bare equation number)."""
+    return re.sub(r"(?:the report's |K3 report )?Eq\. 14(?!, sec)", "K3 report Eq. 14, sec 2.3.3", str(text))
+
+
+# ---- what the live instance keeps of K3 and what it shrinks (model/config.py) -------------------------
+
+# Ratios of widths: (name, numerator field, denominator field). Which of them the live instance keeps is
+# computed from the two configs, never assumed.
+WIDTH_RATIOS = (
+    ("latent / model width d", "latent_dim", "d_model"),
+    ("shared expert hidden / routed expert hidden", "shared_hidden", "expert_hidden"),
+    ("MLA key: nope / rope dimensions", "qk_nope_dim", "qk_rope_dim"),
+    ("routed expert hidden / latent", "expert_hidden", "latent_dim"),
+    ("dense layer-0 hidden / d", "dense_hidden", "d_model"),
+    ("KDA width (heads × head dim) / d", "kda_proj", "d_model"),
+    ("MLA query rank / d", "q_lora_rank", "d_model"),
+)
+# The counts the live instance keeps, as (words, the fields that must be equal in both configs).
+KEPT_COUNTS = (
+    ("{num_layers} layers ({n_kda} KDA + {n_mla} gated MLA, in the same order; layer 0 dense)",
+     ("num_layers", "layer_types", "first_dense_layers")),
+    ("{n_routed_experts} routed experts, top-{top_k}, {n_shared_experts} shared", ("n_routed_experts", "top_k",
+                                                                                  "n_shared_experts")),
+    ("AttnRes blocks of {attnres_block_size} layers", ("attnres", "attnres_block_size")),
+    ("SiTU-GLU's caps {situ_beta_gate:g} and {situ_beta_up:g}", ("activation", "situ_beta_gate", "situ_beta_up")),
+    ("MXFP4 expert weights (blocks of 32 values) and MXFP8 expert activations",
+     ("expert_weight_format", "expert_act_format")),
+)
+# Widths (and the head counts and vocabulary) the live instance shrinks.
+SHRUNK = (("d", "d_model"), ("routed expert hidden", "expert_hidden"), ("latent", "latent_dim"),
+          ("dense hidden", "dense_hidden"), ("KDA head dim", "kda_head_dim"), ("MLA kv rank", "kv_lora_rank"))
+
+
+def width_ratios(live: K3Config | None = None, k3: K3Config | None = None) -> list[dict]:
+    live, k3 = live or K3Config.tiny(), k3 or K3Config.full()
+    out = []
+    for name, a, b in WIDTH_RATIOS:
+        rk, rl = getattr(k3, a) / getattr(k3, b), getattr(live, a) / getattr(live, b)
+        out.append({"ratio": name, "K3": rk, "live": rl, "kept": abs(rk - rl) < 1e-12})
+    return out
+
+
+def kept_and_shrunk(live: K3Config | None = None, k3: K3Config | None = None) -> dict[str, str]:
+    """What the live instance keeps of K3 and what it shrinks, in words, every number read off the two
+    configs: 'kept', 'shrunk' (full sentences) and 'short' (a phrase for a header)."""
+    live, k3 = live or K3Config.tiny(), k3 or K3Config.full()
+    values = {f: getattr(k3, f) for f in ("num_layers", "n_kda", "n_mla", "n_routed_experts", "top_k",
+                                          "n_shared_experts", "attnres_block_size", "situ_beta_gate",
+                                          "situ_beta_up")}
+    kept = [words.format(**values) for words, fields in KEPT_COUNTS
+            if all(getattr(live, f) == getattr(k3, f) for f in fields)]
+    ratios = width_ratios(live, k3)
+    same = [f"{r['ratio']} ({r['K3']:g})" for r in ratios if r["kept"]]
+    other = [r for r in ratios if not r["kept"]]
+    widths = [f"{name} {getattr(k3, f):,} → {getattr(live, f):,}" for name, f in SHRUNK
+              if getattr(live, f) != getattr(k3, f)]
+    heads = (f"the head counts ({k3.kda_heads} → {live.kda_heads} KDA heads, {k3.mla_heads} → {live.mla_heads} MLA "
+             "heads)")
+    vocab = f"the vocabulary ({k3.vocab_size:,} → {live.vocab_size:,} pieces, the project's own tokenizer)"
+    return {
+        "kept": ("Kept from K3: " + "; ".join(kept) + "; and " + NUMBER_WORDS.get(len(same), str(len(same)))
+                 + " ratios of widths: " + ", ".join(same) + "."),
+        "shrunk": ("Shrunk: every width (" + ", ".join(widths) + "), " + heads + " and " + vocab + ". The other "
+                   "ratios of widths are not K3's: " + "; ".join(f"{r['ratio']} {r['K3']:.2f} in K3, {r['live']:.2f} "
+                                                                 "here" for r in other) + "."),
+        "short": (f"its widths, its head counts ({k3.kda_heads} → {live.kda_heads}) and its vocabulary "
+                  f"({k3.vocab_size:,} → {live.vocab_size:,}) shrunk"),
+    }
 
 
 def smoothed(df: pd.DataFrame, column: str, window: int = 25) -> pd.Series:

@@ -124,6 +124,57 @@ def routed_expert_bytes(cfg: K3Config | None = None) -> float:
     return next(w.bytes_k3 for w in cost.weight_bytes(cfg or K3Config.full()) if w.component == "routed experts")
 
 
+@dataclass(frozen=True)
+class ExpertMemory:
+    layer_bytes: float       # one MoE layer's routed experts as stored (MXFP4)
+    layers: int              # MoE layers
+    total_bytes: float       # every MoE layer's routed experts
+    least_devices: int       # devices of `device_bytes` that could hold them all, at the least
+
+    @property
+    def layer_fits(self) -> bool:
+        return self.layer_bytes <= H200_MEMORY
+
+
+def expert_memory(cfg: K3Config | None = None, device_bytes: float = H200_MEMORY) -> ExpertMemory:
+    """K3's routed-expert bytes per MoE layer and for the whole model, from the accounting (model.cost's
+    weight bytes: 896 experts x 3 matrices of l x f values at MXFP4's 4.25 bits), and the fewest devices of
+    `device_bytes` that hold them: their sum over the device memory, rounded up."""
+    cfg = cfg or K3Config.full()
+    total = routed_expert_bytes(cfg)
+    layers = len(cfg.moe_layers)
+    return ExpertMemory(total / layers, layers, total, math.ceil(total / device_bytes))
+
+
+def fit_note(cfg: K3Config | None = None) -> str:
+    """Why the experts are sharded at all: one layer's experts fit on one accelerator, all of them do not."""
+    cfg = cfg or K3Config.full()
+    m = expert_memory(cfg)
+    return (f"One MoE layer's {cfg.n_routed_experts} experts (about {m.layer_bytes / 1e9:.1f} GB in MXFP4) would fit "
+            f"on one {H200_MEMORY / 1e9:.0f} GB accelerator, but the routed experts of all {m.layers} MoE layers "
+            f"(about {m.total_bytes / 1e12:.2f} TB) do not: they need at least {m.least_devices} such devices")
+
+
+# The load of the devices: Quantile Balancing evens the experts (over large batches), and K3 evens the devices
+# with MoonEP's dynamic redundant experts (K3 report sec 5.2.1, appendix E), not with the bias.
+DEVICE_BALANCE = ("Quantile Balancing evens the experts' loads over large batches, not on one short prompt; "
+                  "even experts still leave one device busier whenever its shard draws more pairs, and K3's training "
+                  "evens the devices themselves with MoonEP, which places extra copies of busy experts on other "
+                  "devices for each "
+                  "micro-batch (dynamic redundant experts, K3 report sec 5.2.1 and App. E), so that every device "
+                  "receives exactly as many pairs as the others")
+
+
+def shard_note(cfg: K3Config | None = None) -> str:
+    """The Routing explorer's 8 bands of 112 experts, labelled as what they are."""
+    cfg = cfg or K3Config.full()
+    m = expert_memory(cfg)
+    return (f"The {EXAMPLE_G} bands of {cfg.n_routed_experts // EXAMPLE_G} are the second article's {EXAMPLE_G}-GPU "
+            "illustration (docs/REFERENCES.md claim 10), not K3's deployment: the K3 report names no expert-parallel "
+            f"size, and K3's routed experts ({m.total_bytes / 1e12:.2f} TB in MXFP4) need at least {m.least_devices} "
+            f"H200s of {H200_MEMORY / 1e9:.0f} GB")
+
+
 def example_note(G: int, cfg: K3Config | None = None) -> str:
     """The 8-GPU picture labelled as what it is, with the memory arithmetic that rules it out for K3."""
     cfg = cfg or K3Config.full()

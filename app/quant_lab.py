@@ -19,21 +19,19 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import streamlit as st
 import torch
 
+from app import assets
 from model import cost
 from model.checkpoint import is_expert_tensor
 from model.config import K3Config
 from model.k3 import K3Model, K3Output, model_with_weights
 from model.quant import FORMATS, block_scale_exponents, bits_per_value, element_grid, mx_fake_quant, pack_mxfp4
 
-ASSETS = Path(__file__).resolve().parent.parent / "assets"
-HELDOUT_PATH = ASSETS / "heldout_sample.txt"
 HELDOUT_CHUNK = 128            # tokens per row of a held-out forward (the live model's cap)
 HELDOUT_ROWS = 2               # rows of the held-out sample: 256 tokens
 BLOCK = 32
@@ -54,11 +52,29 @@ VARIANTS = {
     "router": "router weights in MXFP4",
     "all": "every bf16 matrix in MXFP4",
 }
+_LIVE, _K3 = K3Config.tiny(), K3Config.full()
+
+
+def act_blocks_note(live: K3Config = _LIVE, k3: K3Config = _K3, block: int = BLOCK) -> str:
+    """How the MXFP8 activations are blocked, in the live instance and in K3: model.moe rounds each token's
+    row on its own (mx_fake_quant per_row), and a row no longer than a block is one block of its own length."""
+    rows = (live.expert_width, live.expert_hidden)
+    if max(rows) > block:                       # not the tiny instance: say it in blocks of 32
+        here = " and ".join(f"{-(-n // block)} blocks of {block}" for n in rows)
+    else:
+        here = (f"each row is one block of its own, {rows[0]} and {rows[1]} values long, with its own scale "
+                f"(not a block of {block})")
+    return (f"In the live instance a token's latent row (the experts' input) holds {rows[0]} values and an expert's "
+            f"hidden row {rows[1]}: {here}. K3's rows, {k3.expert_width:,} and {k3.expert_hidden:,} values wide, "
+            f"are {k3.expert_width // block} and {k3.expert_hidden // block} blocks of {block}, each block with its "
+            "own scale.")
+
+
 VARIANT_HOW = {
     "act": "forward(quant=True) against forward(quant=False). quant=True rounds the experts' inputs and hidden "
-           "activations to MXFP8 (a scale per 32 values of one token) and re-quantises the expert weights to MXFP4, "
+           "activations to MXFP8, every token's row on its own, and re-quantises the expert weights to MXFP4, "
            "which changes nothing because they are already MXFP4 values (checked below). So the only difference "
-           "is the MXFP8 activations.",
+           "is the MXFP8 activations. " + act_blocks_note(),
     "coarse": "the stored MXFP4 expert weights re-quantised with one E8M0 scale per 128 values (a whole expert "
               "matrix of the live instance) instead of per 32: a coarser format, all else the same. A finer "
               "format cannot be tried: the information below MXFP4 was discarded when the checkpoint was saved.",
@@ -88,6 +104,39 @@ def grid_frame(fmt: str) -> pd.DataFrame:
         rows.append({"value": float(v), "kind": kind, "bits": f"0 {field:0{ebits}b} {mant:0{f.mbits}b}",
                      "gap to next": gap, "relative gap": gap / v if v else np.nan})
     return pd.DataFrame(rows)
+
+
+def grid_counts(fmt: str) -> dict:
+    """What the value grid of an element format holds, counted from element_grid (OCP MX v1.0): the positive
+    values, the subnormals, how many values each power of two [2^e, 2^(e+1)) holds among the normals, and the
+    relative step between neighbouring normals."""
+    g = grid_frame(fmt)
+    pos = g[g["value"] > 0]
+    normal = pos[pos["kind"] == "normal"]
+    per = normal.groupby(normal["value"].map(lambda v: math.frexp(v)[1] - 1)).size()
+    full = 2 ** FORMATS[fmt].mbits
+    whole = [int(e) for e, n in per.items() if n == full]
+    gaps = normal["relative gap"].dropna()
+    return {"positive": len(pos), "distinct": 2 * len(pos) + 1, "codes": 2 * len(g) if fmt == "e2m1" else None,
+            "subnormals": int((pos["kind"] == "subnormal").sum()), "per_binade": full,
+            "full_binades": (min(whole), max(whole)), "top_exp": int(per.index.max()), "top_count": int(per.iloc[-1]),
+            "max": float(pos["value"].max()), "min_normal": float(normal["value"].min()),
+            "gap_min": float(gaps.min()), "gap_max": float(gaps.max())}
+
+
+def grids_caption() -> str:
+    """The caption of the two grids, every count read off element_grid."""
+    from app.charts.quant_lab import superscript
+    e2, e4 = grid_counts("e2m1"), grid_counts("e4m3")
+    lo, hi = e4["full_binades"]
+    return (f"E2M1 has only {e2['distinct']} distinct values (0 and ±0.5 … ±{e2['max']:g}; of its {e2['codes']} "
+            f"codes the last is −0): halfway between 4 and 6 there is nothing. E4M3 has {e4['positive']} positive "
+            f"values: {e4['per_binade']} in every power of two from 2{superscript(lo)} to 2{superscript(hi)} "
+            f"({hi - lo + 1} of them), {e4['top_count']} in [2{superscript(e4['top_exp'])}, {e4['max']:g}] (the "
+            f"code that would be {2 ** (e4['top_exp'] + 1) - 2 ** (e4['top_exp'] - 3):g} means NaN) and "
+            f"{e4['subnormals']} subnormals below 2{superscript(lo)}; between neighbouring normal values the "
+            f"relative step stays between {e4['gap_min']:.1%} and {e4['gap_max']:.1%}. Hover a tick for its bit "
+            "pattern. Computed: model.quant.element_grid (OCP Microscaling v1.0, Table 1).")
 
 
 # ---- one block ------------------------------------------------------------------------------------
@@ -323,7 +372,7 @@ def compare(ref: Behaviour, var: Behaviour) -> Comparison:
 def heldout_ids(tokenizer, rows: int = HELDOUT_ROWS, chunk: int = HELDOUT_CHUNK) -> torch.Tensor:
     """The first rows x chunk tokens of assets/heldout_sample.txt (text the live model never trained
     on, cut from the validation split, see app/routing.py) as [rows, chunk]."""
-    ids = tokenizer.encode(HELDOUT_PATH.read_text(encoding="utf-8", errors="replace"))
+    ids = tokenizer.encode(assets.read_text(assets.HELDOUT))
     rows = max(1, min(rows, len(ids) // chunk))
     if len(ids) < chunk:
         return torch.tensor([ids])

@@ -16,28 +16,34 @@ import math
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import streamlit as st
 import torch
 
+from app import assets
 from app.text import md_escape
 from model.accounting import count_params, glu
 from model.config import K3Config
 from model.k3 import K3Model, K3Output, RoutingOverride, RunOptions
 
 _LOG = logging.getLogger(__name__)
-ASSETS = Path(__file__).resolve().parent.parent / "assets"
-HELDOUT_PATH = ASSETS / "heldout_sample.txt"
+HELDOUT_PATH = assets.ASSETS / assets.HELDOUT
 
-# The grid: 32 rows of 28 experts, so each band of 4 rows is 112 experts, one of the 8 shards an
-# expert-parallel deployment over 8 devices would hold (896 = 8 x 112 = 8 x 4 x 28).
+# The grid: 32 rows of 28 experts, so each band of 4 rows is 112 experts, one of the 8 shards of the second
+# article's 8-GPU illustration (896 = 8 x 112 = 8 x 4 x 28; docs/REFERENCES.md claim 10). It is not K3's
+# deployment: the K3 report names no expert-parallel size (app.parallel.shard_note says so on the page).
 GRID_COLS = 28
 N_SHARDS = 8
 MAX_TOP_K = 64             # the top-k slider's range is 1..MAX_TOP_K (and "dense" = every expert)
 MAX_LISTED = 64            # most experts a person can knock out or force through the URL
+# The dense switch, in words: with k = 896 the layer adds every expert's output, each weighted by its raw router
+# score over the sum of all 896 scores (K3 report Eq. 13, sec 2.3.3, with T = every expert); the experts were
+# trained to be used 16 at a time, so this is no dense model, of any size.
+DENSE_HELP = ("every expert at once (top-k = 896, knocked-out experts excepted): the layer adds the outputs of all "
+              "of them, each weighted by its router score over the sum of their scores (K3 report Eq. 13, sec 2.3.3, "
+              "with every expert chosen)")
 HELDOUT_CHUNK = 128        # tokens per forward of the held-out sample (the live model's cap)
 SCOPES = {"from": "this layer and every later one", "only": "this layer only"}
 COLOURINGS = {"probability": "router probability of the token", "load": "load over the prompt"}
@@ -505,7 +511,7 @@ def _heldout_quietly() -> None:
 def heldout() -> HeldOut:
     from app.live import awaited, computing_politely, live
     lv = live()
-    ids = lv.tokenizer.encode(HELDOUT_PATH.read_text(encoding="utf-8"))
+    ids = lv.tokenizer.encode(assets.read_text(assets.HELDOUT))
     # once per process: ~1,000 tokens through 93 layers, ~2.7 s on this machine's one thread per computation
     # (~4 s beside a page being drawn), in two forwards that each let a computation that is under way or waiting
     # go first (the server's warm-up runs this unasked, beside the visitors' pages: two intra-op threads here

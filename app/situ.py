@@ -7,6 +7,7 @@ Pure functions, plus thin Streamlit-cached wrappers at the end for the page.
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -116,6 +117,41 @@ def grid2d(half_range: float, n: int = 161) -> dict:
     axis = torch.linspace(-R, R, n, dtype=torch.float64)
     G, U = torch.meshgrid(axis, axis, indexing="xy")            # [n, n]: G varies along columns
     return {"axis": axis.numpy(), "situ": situ_glu(G, U).numpy(), "swiglu": swiglu(G, U).numpy()}
+
+
+# ---- what the page says about them (K3 report sec 2.3 and 4.1.4) ---------------------------------------
+
+SOURCE = "K3 report Eq. 12, sec 2.3.2"          # SiTU-GLU's form and its constants 4 and 25
+REPORT_ON_CHAIN = ("the K3 report (sec 2.3) says that the routed path, a chain of nearly four matrix products "
+                   "(W_down, the gated expert, W_up), at K3's scale produces exploding internal activations, and "
+                   "answers with the RMSNorm before W_up and SiTU-GLU (with Quantile Balancing for the load); it "
+                   "gives no numbers to compare with (published claim, self-cited)")
+MXFP8_NOTE = (f"K3 computes its experts with **MXFP8** activations (K3 report sec 4.1.4; the report says nothing "
+              f"about storing them in that format): every block of 32 values gets its own power-of-two scale, so "
+              f"E4M3's largest value, {FP8_MAX:g}, binds only without that scale.")
+
+
+@functools.lru_cache(maxsize=1)
+def swish_derivative_peak() -> tuple[float, float]:
+    """(g, d/dg [g sigmoid(g)]) where SwiGLU's gate derivative is largest, by autograd on a fine grid."""
+    g = torch.linspace(0.0, 10.0, 100_001, dtype=torch.float64)
+    _, (d,) = _with_grad(F.silu, g)
+    i = int(np.argmax(d))
+    return float(g[i]), float(d[i])
+
+
+@functools.lru_cache(maxsize=1)
+def derivative_caption() -> str:
+    """What the derivative panels show, with SwiGLU's gate derivative read off the real function."""
+    g_peak, d_peak = swish_derivative_peak()
+    _, (neg,) = _with_grad(F.silu, torch.linspace(-MAX_RANGE, -10.0, 10_001, dtype=torch.float64))
+    _, (pos,) = _with_grad(F.silu, torch.tensor([20.0], dtype=torch.float64))
+    return ("Derivatives by torch.autograd through the real functions. SiTU-GLU's gradients fade to 0 far from the "
+            "origin (the price of the bound: a saturated unit learns slowly). SwiGLU's gate derivative is near 1 "
+            f"only for large positive g ({pos[0]:.4f} at g = 20, after overshooting to {d_peak:.2f} at g ≈ "
+            f"{g_peak:.1f}) and goes to 0 for negative g (under {10.0 ** math.ceil(math.log10(np.abs(neg).max())):g} "
+            "in size for every g below −10); its up derivative is exactly 1. So for positive g nothing pulls large "
+            "values back.")
 
 
 # ---- the live experts on the prompt --------------------------------------------------------------

@@ -26,7 +26,7 @@ class Stop:
     why: str    # one or two plain sentences: why this mechanism matters for a frontier sparse model
 
 
-_K3, _K2 = K3Config.full(), K3Config.kimi_k2()
+_K3, _K2, _TINY = K3Config.full(), K3Config.kimi_k2(), K3Config.tiny()
 _P = count_params(_K3)
 _ROUTED = _P.breakdown["routed experts"] / _P.total
 _MXFP4 = bits_per_value(_K3.expert_weight_format)
@@ -47,16 +47,18 @@ _ORDER = (
      "one token through a whole layer shows what each step hands the next."),
     ("balance",
      "Experts live on different devices, so if the router favours a few of them those devices set the pace "
-     "while the rest wait. Quantile Balancing evens the load with a bias that changes only which experts are "
-     "picked, never the weights of their outputs."),
+     "while the rest wait. Quantile Balancing evens the experts' loads with a bias that changes only which experts "
+     "are picked, never the weights of their outputs; K3 evens the devices separately, with MoonEP's dynamic "
+     "redundant experts (K3 report sec 5.2.1 and appendix E)."),
     ("parallel",
      f"At {_P.total / 1e12:.2f}T parameters the experts must be spread over many devices, so every MoE layer is an "
      f"exchange of tokens between them. K3 sends tokens at the latent width ({_K3.expert_width:,} values instead of "
      f"{_K3.d_model:,}), so {_K3.top_k} experts per token move as many values as K2's {_K2.top_k}."),
     ("situ-glu",
-     "Inside each MoE layer a routed token passes through a chain of about four matrix products, which the K3 "
-     "report says blew up at scale until the activation was bounded and the latent normalised. SiTU-GLU caps "
-     f"every hidden value at {BETA_GATE * BETA_UP:g}, whatever the weights, before it is rounded to MXFP8."),
+     "Inside each MoE layer a routed token passes through a chain of nearly four matrix products, which at K3's "
+     "scale produces exploding internal activations (K3 report sec 2.3); K3 answers with a normalised latent and a "
+     f"bounded activation. SiTU-GLU caps every hidden value at {BETA_GATE * BETA_UP:g}, whatever the weights, before "
+     "it is rounded to MXFP8."),
     ("quantization",
      f"Routed experts hold about {_ROUTED:.0%} of K3's weights, and generating text is limited by reading weights "
      f"from memory. Storing them in MXFP4, {_MXFP4:g} bits per value instead of 16, cuts those bytes about "
@@ -64,7 +66,8 @@ _ORDER = (
     ("attention",
      f"At long context the attention cache, not the weights, fills the memory. K3 gives {_K3.n_kda} of its "
      f"{_K3.num_layers} layers a fixed-size KDA state and caches only {memory.mla_values_per_token(_K3)} values per "
-     f"token in each of its {_K3.n_mla} MLA layers, which is what makes a {_K3.context_length:,}-token context fit."),
+     f"token in each of its {_K3.n_mla} MLA layers, which is what makes a {_K3.context_length:,}-token context fit "
+     "(the released config's max_position_embeddings; Table 1 of the K3 report says 1M)."),
     ("attnres",
      "A plain residual adds every layer's output with the same weight, so a late layer cannot choose what to "
      "read from early ones. Attention over depth learns those weights per token, and Block AttnRes keeps the "
@@ -79,8 +82,9 @@ _ORDER = (
      "the live code shows which hold, which need a caveat and which cannot be checked from outside."),
     ("model-card",
      "Every live chart comes from a tiny model with K3's layer, expert and routing counts but small widths, "
-     "trained here on a CPU. Knowing how it was trained tells you which of its behaviours say something about "
-     "K3 and which do not."),
+     f"{_TINY.kda_heads} heads instead of {_K3.kda_heads} and a vocabulary of {_TINY.vocab_size:,} instead of "
+     f"{_K3.vocab_size:,}, trained here on a CPU. Knowing how it was trained tells you which of its behaviours say "
+     "something about K3 and which do not."),
     ("glossary",
      "The same few terms (expert, router, top-k, latent, KDA, MLA, AttnRes, QB, MXFP4) come back on every "
      "page; one precise definition of each keeps the pages' numbers comparable."),

@@ -1,13 +1,17 @@
 """One typed config for Kimi K3 and its shrunken live instances.
 
 `full` is K3 as published (it feeds the accounting, never a set of weights); `tiny` is the live
-instance that keeps every count and ratio of `full` and shrinks only the widths; `micro` is a
-few-layer, few-expert version for fast unit tests. `kimi_k2` is K2's published configuration, kept so
+instance: it keeps `full`'s layers (93, 69 KDA + 24 gated MLA, layer 0 dense), experts (896, top-16, 2
+shared), AttnRes blocks of 12, SiTU-GLU caps and MX formats, and two ratios of widths (latent = d/2, shared
+experts as wide as routed ones), and shrinks the widths, the head counts (96 -> 2) and the vocabulary
+(163,840 -> 4,096; app.model_card.kept_and_shrunk says it on the page); `micro` is a few-layer,
+few-expert version for fast unit tests. `kimi_k2` is K2's published configuration, kept so
 the accounting can compare the two generations.
 
 Sources: K3 technical report arXiv 2607.24653 v2 (Table 1) and the published config.json of
-moonshotai/Kimi-K3 ("published"); Kimi K2 arXiv 2507.20534 and its config.json. Values marked
-"derived" follow from published ones by the rule given beside them.
+moonshotai/Kimi-K3 ("published"; the exact context, 1,048,576, is that config's max_position_embeddings,
+where Table 1 says "1M"); Kimi K2 arXiv 2507.20534 and its config.json. Values marked "derived" follow
+from published ones by the rule given beside them.
 """
 from __future__ import annotations
 
@@ -34,7 +38,7 @@ class K3Config:
     layer_types: tuple[str, ...] = field(default_factory=lambda: tuple(hybrid_schedule(93)))
     d_model: int = 7168                        # published hidden size
     vocab_size: int = 163_840                  # published; untied LM head
-    context_length: int = 1_048_576            # published native context (2^20); no positional encoding
+    context_length: int = 1_048_576            # published: config max_position_embeddings (2^20; Table 1: "1M"); NoPE
     norm_eps: float = 1e-5
 
     # ---- Kimi Delta Attention (69 layers) --------------------------------------------------------
@@ -142,8 +146,8 @@ class K3Config:
 
     @classmethod
     def tiny(cls) -> "K3Config":
-        # Every count and ratio of `full` (93 layers, 69/24, 896 experts, top-16, 2 shared,
-        # latent = d/2, blocks of 12); only the widths shrink.
+        # `full`'s counts (93 layers, 69/24, 896 experts, top-16, 2 shared, blocks of 12) and latent = d/2;
+        # the widths, the head counts and the vocabulary shrink (the other width ratios are not K3's).
         return cls(
             name="tiny", d_model=32, vocab_size=4096, context_length=1_048_576,
             kda_heads=2, kda_head_dim=16,

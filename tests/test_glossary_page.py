@@ -1,6 +1,7 @@
 """AppTest of the Glossary page: every term listed with a stable anchor and a link to its live page, the
 search box follows ?q= and writes it back, ?term=<slug> puts one term first, bad links get a notice."""
 from app.glossary import TERMS, by_slug, search
+from tests.conftest import outside_code
 from tests.test_precision_pages import open_page as _open, param
 
 PAGE = "views/glossary.py"
@@ -49,10 +50,18 @@ def test_link_with_q_and_term_shows_that_term_first():
 def test_bad_links_get_a_notice_not_a_traceback():
     at = open_page({"term": "<b>nope</b>", "q": "<script>" + "😀" * 500})
     text = notices(at)
-    assert "nope" in text and "<b>" not in text                # markup shown escaped, never as HTML
+    assert "nope" in text and "<b>" not in outside_code(text)                # markup shown escaped, never as HTML
     assert "cut" in text                                       # the over-long search text was shortened
     assert "term" not in at.query_params
     assert anchors(at) == []                                   # nothing matches "<script>…"
     at = open_page({"term": "unknown"})
     assert "unknown" in notices(at)
     assert anchors(at) == [t.slug for t in TERMS]
+
+
+def test_a_term_with_an_equation_shows_the_k3_reports_equation_and_section():
+    at = open_page({"term": "situ-glu", "q": "situ"})
+    captions = [c.value for c in at.caption]
+    assert "Source: K3 report Eq. 12, sec 2.3.2." in captions
+    assert "Source: K3 report Eq. 14, sec 2.3.3." not in captions      # QB's, not among the matches
+    assert by_slug("qb").source == "K3 report Eq. 14, sec 2.3.3"

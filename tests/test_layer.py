@@ -13,7 +13,7 @@ import torch
 from app import layer as ly
 from model.config import K3Config
 from model.k3 import K3Model
-from tests.conftest import open_app_page
+from tests.conftest import open_app_page, outside_code
 
 PAGE = "views/layer.py"
 PROMPT = "The router sends every token to 16 of its 896 experts, and the rest stay idle."
@@ -394,8 +394,10 @@ def test_every_step_cites_a_section_and_shows_k3_shapes_from_the_config(live, da
     seen = set()
     for layer in LAYERS:
         for st in ly.walk(data[layer], 3, CFG, live[2]):
-            assert st.cite.startswith("docs/ARCHITECTURE.md §"), st.title
-            assert not re.search(r"\bEq(uation)?\.?\s*\(?\d", st.cite + st.text), st.title   # no invented numbers
+            # the K3 report's own equation and section first, then the docs/ section (issue 48, item 17)
+            assert st.cite.startswith("K3 report ") and "docs/ARCHITECTURE.md §" in st.cite, st.title
+            for eq in re.findall(r"\bEq\.\s*(\d+)(?:–(\d+))?", st.cite + st.text):
+                assert all(1 <= int(n) <= 14 for n in eq if n), st.title        # the report's Eq. 1-14 only
             assert st.shapes and st.text and st.equation and st.filled and st.caption
             assert "nan" not in st.filled and "inf" not in st.filled.replace(r"\infty", "")
             for sh in st.shapes:
@@ -464,6 +466,9 @@ def test_page_kda_layer_attention_part(kda_page):
     # the map lists every step of the layer, with a computed number each
     table = next(m.value for m in at.markdown if m.value.startswith("| | step |"))
     assert table.count("\n") == 2 + 16 - 1 and "cutoff" in table and "16. Which scores" in table
+    # every step names the K3 report's equation and section, in the map and above its equation
+    assert "| in the K3 report |" in table and "Eq. 13, sec 2.3.3" in table and "Eq. 6, sec 2.1.1" in table
+    assert any(c.value.startswith("The equation (K3 report Eq. 8–10, sec 2.2") for c in at.caption)
 
 
 def test_page_ffn_part_shows_the_router_and_the_shared_experts(kda_page):
@@ -541,7 +546,7 @@ def test_page_bad_link_values_get_a_notice_not_a_traceback(params, expect):
     text = notices(at)
     for e in expect:
         assert e in text, (e, text)
-    assert "<b>" not in text
+    assert "<b>" not in outside_code(text)
     assert charts(at)
 
 

@@ -1,5 +1,5 @@
-"""Claims: every claim docs/REFERENCES.md lists, quoted from its article, beside the value the code computes and
-a verdict (one per part where a claim's parts fare differently)."""
+"""Claims: every claim docs/REFERENCES.md lists, quoted from its article, beside the value the code computes, a
+verdict (one per part where a claim's parts fare differently) and where to look it up in the K3 report."""
 import pandas as pd
 import streamlit as st
 
@@ -25,7 +25,7 @@ class ClaimNumber(state.Control):
 
 view = state.page(
     ClaimNumber("claim", None, "claim"),
-    state.Choices("verdict", [verdict_slug(v) for v in VERDICTS], "verdict filter",
+    state.Choices("verdict", [], "verdict filter",                  # nothing picked: every claim
                   options=tuple(verdict_slug(v) for v in VERDICTS), key="claims_verdicts"),
 )
 ui.page_header(
@@ -34,11 +34,10 @@ ui.page_header(
     "this app's code computes now (from the accounting, the live model or the cost model) and a verdict: **holds**, "
     "**holds with a caveat**, **does not hold** or **cannot be checked here**; a claim whose parts fare differently "
     "gets a verdict per part.",
-    "filter to \"does not hold\", then follow the link under claim 12 to see where the microseconds go; a teacher "
-    "can share one claim with `?claim=6` or `#claim-6` at the end of this page's address.",
+    "filter to \"does not hold\", then follow the link under claim 12 to the decode step it times, in milliseconds; "
+    "a teacher can share one claim with `?claim=6` or `#claim-6` at the end of this page's address.",
 )
 lv = lv_mod.live()
-lv_mod.banner(lv)
 pages = {p.url_path: p for p in PAGES}
 
 with st.spinner("Checking every claim against the accounting, the live model and the cost model…"):
@@ -51,28 +50,34 @@ st.caption(f"Claims quoted from {SOURCE}. The live checks run on the preset prom
 # ---- the link: one claim, or a verdict filter ----------------------------------------------------------
 only = view["claim"]
 counts = pd.Series([sum(c.verdict == v for c in checks) for v in VERDICTS], index=list(VERDICTS))
+# a pill shows every claim with that verdict on the whole claim or on one of its parts: count those
+matching = {v: sum(c.matches({v}) for c in checks) for v in VERDICTS}
 by_slug = {verdict_slug(v): v for v in VERDICTS}
 picked = [by_slug[v] for v in view.draw(
-    st.pills, "verdict", "Show claims whose verdict is", list(by_slug), selection_mode="multi", required=False,
-    format_func=lambda v: f"{by_slug[v]} ({counts[by_slug[v]]})", disabled=only is not None)]
+    st.pills, "verdict", "Show only the claims whose verdict (or a part's) is", list(by_slug), selection_mode="multi",
+    required=False, format_func=lambda v: f"{by_slug[v]} ({matching[by_slug[v]]})", disabled=only is not None,
+    help="Pick one or more verdicts; with none picked, every claim is shown.")]
+listed = [c for c in checks if not picked or c.matches(picked)]
 c1, c2 = st.columns([2, 3])
 with c1:
     ui.vega_chart(verdict_spec(counts, st.context.theme.type),
-                  "How the claims fare: the counts follow from the computed values below.",
+                  "How the claims fare, one verdict per claim (a split claim's summary): the counts follow from the "
+                  "computed values below.",
                   alt="Bar chart of the number of claims with each verdict.", key="claims_counts")
 with c2:
-    table = pd.DataFrame({"#": [c.claim.number for c in checks], "claim": [c.claim.title for c in checks],
-                          "verdict": [c.verdict for c in checks]})
+    table = pd.DataFrame({"#": [c.claim.number for c in listed], "claim": [c.claim.title for c in listed],
+                          "verdict": [c.verdict for c in listed]})
     ui.table(table)
+    if picked:
+        st.caption(f"{len(listed)} of {len(checks)} claims, filtered by the verdicts picked above (a split claim is "
+                   "listed when one of its parts has one).")
 
 if only is not None:
     st.info(f"Showing claim {only} only, as the link asks.", icon=":material/link:")
     st.button("Show every claim", key="claims_all", on_click=view.set, args=("claim", None))
     shown = [c for c in checks if c.claim.number == only]
 else:
-    shown = [c for c in checks if c.matches(picked)]
-    if not shown:
-        st.info("No claim has the chosen verdicts: pick at least one above.", icon=":material/filter_alt_off:")
+    shown = listed
 
 # ---- one section per claim -----------------------------------------------------------------------------
 for c in shown:
@@ -82,9 +87,12 @@ for c in shown:
     left, right = st.columns([3, 2])
     with left:
         st.markdown(f"**Computed now:** {c.computed}")
+        if c.claim.cite:
+            st.caption(f"Look it up: {c.claim.cite} (arXiv 2607.24653 v2).")
         spec = pages.get(c.claim.page)
         if spec is not None:
-            st.page_link(spec.path, label=f"See it on the page “{spec.title}”", icon=":material/arrow_forward:")
+            where = f", section “{c.claim.where}”" if c.claim.where else ""
+            st.page_link(spec.path, label=f"See it on the page “{spec.title}”{where}", icon=":material/arrow_forward:")
     with right:
         st.badge(c.verdict, icon=VERDICT_ICONS[c.verdict], color=VERDICT_COLOURS[c.verdict])
         st.markdown(c.why)

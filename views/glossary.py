@@ -34,6 +34,8 @@ def show(term: Term) -> None:
     st.markdown(term.short)
     if term.more:
         st.markdown(term.more)
+    if term.source:
+        st.caption(f"Source: {term.source}.")
     spec = pages.get(term.page) if term.page else None
     if spec is not None:
         st.page_link(spec.path, label=f"See it live: {spec.title}", icon=":material/arrow_forward:")

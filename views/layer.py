@@ -8,7 +8,8 @@ import streamlit as st
 from app import state, ui
 from app import layer as ly
 from app.charts.layer import step_figure
-from app.live import banner, forward, live
+from app.live import forward, live
+from app.model_card import kept_and_shrunk
 from app.routing import chip_labels
 
 lv = live()
@@ -16,6 +17,7 @@ cfg = lv.model.cfg
 full = ly.FULL
 LAST = cfg.num_layers - 1
 DEFAULT_LAYER = 5
+SCALE_SHORT = kept_and_shrunk()["short"]     # its widths, head counts and vocabulary shrunk (from the configs)
 KINDS = {"kda": "Kimi Delta Attention", "mla": "gated MLA"}
 NEXT_MLA = cfg.layer_types.index("mla", DEFAULT_LAYER)
 ui.page_header(
@@ -29,7 +31,6 @@ ui.page_header(
 )
 view = state.page(*ui.PROMPT, ui.TOKEN, state.Int("layer", DEFAULT_LAYER, "layer", lo=0, hi=LAST),
                   state.Choice("part", "attention", "part of the layer", options=tuple(ly.VIEWS)))
-banner(lv)
 prompt = ui.prompt_input(view)
 if prompt is None:
     st.stop()
@@ -95,7 +96,7 @@ def inside() -> None:
     ffn = f"dense SiTU-GLU FFN (hidden {cfg.dense_hidden})" if not cfg.is_moe(layer) else "Stable LatentMoE"
     st.markdown(f"**Layer {layer}** (position {layer + 1} of {cfg.num_layers}): {KINDS[kind]}, then {ffn}; AttnRes "
                 f"block {n} (layers {first}–{last}). K3's layer {layer} is the same kind: the live instance keeps "
-                f"K3's schedule and shrinks only the widths (d = {cfg.d_model} here, {full.d_model:,} in K3).")
+                f"K3's schedule, with {SCALE_SHORT} (d = {cfg.d_model} here, {full.d_model:,} in K3).")
     st.caption("Labels: **computed** numbers come from the live tiny model's forward on this prompt; K3's shapes "
                "are **published** in its config, or **derived** from published values as the table says.")
 

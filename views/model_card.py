@@ -4,29 +4,30 @@ import streamlit as st
 from app import state, ui
 from app.charts.model_card import bias_spec, training_spec
 from app.balance import LIVE_TARGET
-from app.live import banner, live
-from app.model_card import (balanced_floor, config_table, corpus_parts, held_out_summary, load_json,
+from app.live import live
+from app.model_card import (PROBLEMS, balanced_floor, config_table, corpus_parts, held_out_summary, kept_and_shrunk,
+                            load_json, report_eq,
                             next_token_reading, next_token_table, train_log,
                             training_phases, unwrapped_from_step)
 from model.config import K3Config
 
 TINY = K3Config.tiny()
+SCALE = kept_and_shrunk()           # what the live instance keeps of K3 and what it shrinks, from the configs
 # how the shipped instance balanced during training, for a card written before runs recorded it
 QB_WINDOW = ("Quantile Balancing after every step from the routing of the last 3 batches (this run's choice; "
-             "`python -m model.train` now uses one step's whole batch, the report's Eq. 14)")
+             "`python -m model.train` now uses one step's whole batch, K3 report Eq. 14, sec 2.3.3)")
 
 view = state.page()
 ui.page_header(
     "Model card: the live tiny K3",
     "Every page drives a **tiny live instance of K3's full architecture**: 93 layers (69 KDA + 24 gated "
-    "MLA), 896 experts with 16 routed per token plus 2 shared, Block AttnRes in blocks of 12, with only "
-    "the widths shrunk. It was trained here, on the CPU, on the documentation and code that ship with "
+    "MLA), 896 experts with 16 routed per token plus 2 shared, Block AttnRes in blocks of 12, with "
+    f"{SCALE['short']}. It was trained here, on the CPU, on the documentation and code that ship with "
     "Python. **It is not Kimi K3's weights** and knows nothing K3 knows.",
     "compare the validation loss with the unigram baseline, then compare how even the expert loads are on "
     "held-out text and on training text.",
 )
 lv = live()
-banner(lv)
 card, ev, log = load_json("k3_tiny.json"), load_json("k3_tiny_eval.json"), train_log()
 # tokens per training step, and the minutes of the whole run (a resumed run's card sums its parts)
 STEP_TOKENS = (card or {}).get("batch", 8) * (card or {}).get("seq_len", 128)
@@ -60,7 +61,7 @@ if card:
         f"{card.get('seq_len')} tokens in {MINUTES} minutes on "
         f"{card.get('hardware', '?')}, AdamW"
         + (f" (peak learning rate {card.get('lr')})" if not PHASES else "")
-        + f", {card.get('balancing', QB_WINDOW)}, and routed experts quantised to MXFP4 "
+        + f", {report_eq(card.get('balancing', QB_WINDOW))}, and routed experts quantised to MXFP4 "
         f"with MXFP8 activations from step {card.get('quant_from_step', 0):,} on, trained through the rounding with "
         "a straight-through estimator: this quantisation-aware pre-training is this project's choice (K3 trains "
         "with quantisation only in post-training, SFT and RL, K3 report section 4.1, and names no estimator)"
@@ -95,7 +96,8 @@ if card:
             f"{', '.join(f'{v:.2f}' for v in cal['median_max_mean_load_by_pass'])}). K3 updates its biases "
             "from batches of millions of tokens; this is the small-machine stand-in.")
 else:
-    st.info("No training card found (assets/k3_tiny.json): run `python -m model.train`.")
+    st.info(PROBLEMS.get("k3_tiny.json", "No training card found (assets/k3_tiny.json)")
+            + ": run `python -m model.train` or restore the file from git.")
 
 st.subheader("Did it learn?")
 if ev:
@@ -179,7 +181,8 @@ if ev:
             st.caption(f"␣ is a space, ↵ a line break. This instance saw {epochs:.1f} passes over its training "
                        f"text; {next_token_reading(nxt)}.")
 else:
-    st.info("No evaluation found (assets/k3_tiny_eval.json): run `python -m model.evaluate`.")
+    st.info(PROBLEMS.get("k3_tiny_eval.json", "No evaluation found (assets/k3_tiny_eval.json)")
+            + ": run `python -m model.evaluate` or restore the file from git.")
 
 if log is not None:
     st.subheader("Training curves")
@@ -196,15 +199,16 @@ if log is not None:
                   alt="Training loss, validation loss and expert load balance per training step.", key="card_training")
     ui.vega_chart(bias_spec(log),
                   "How far apart the balancing biases of the experts sit: after every step QB sets them "
-                  + ("from that step's whole batch (Eq. 14)" if card and card.get("balancing") else
+                  + ("from that step's whole batch (K3 report Eq. 14, sec 2.3.3)" if card and card.get("balancing") else
                      "from the routing of the last 3 batches (a window this run used, since one 1,024-token batch gives "
-                     "each expert about 18 tokens; `python -m model.train` now takes one step's whole batch, Eq. 14)")
+                     "each expert about 18 tokens; `python -m model.train` now takes one step's whole batch, K3 report "
+                     "Eq. 14, sec 2.3.3)")
                   + ", with no learning rate; the balance calibration then re-sets them once more.",
                   alt="Spread of the balancing bias over training steps.", key="card_bias")
 
 st.subheader("Its configuration beside Kimi K3's")
 ui.table(config_table())
-st.caption("Counts and ratios are K3's; widths are shrunk so that the whole model runs on a 2-core CPU. "
+st.caption(SCALE["kept"] + " " + SCALE["shrunk"] + " The shrinking lets the whole model run on a 2-core CPU. "
            "'published' values come from the K3 report and config (the latent width 3,584 is published as "
            "`routed_expert_hidden_size` and also equals d/2); 'derived' follow from them. The report says MXFP8 for "
            "expert activations; the element type E4M3 is what K3's serving kernels take.")

@@ -4,7 +4,8 @@ import streamlit as st
 from app import live as lv_mod
 from app import state, ui
 from app.charts.parallel import bytes_spec, fanout_spec, rank_bytes_spec, shard_load_spec, traffic_spec
-from app.parallel import (ASSIGN, DIVISORS, RUNNABLE, bytes_table, cached_routing, cached_traffic, example_note, expected_fanout,
+from app.parallel import (ASSIGN, DEVICE_BALANCE, DIVISORS, RUNNABLE, bytes_table, cached_routing, cached_traffic,
+                          example_note, expected_fanout, fit_note,
                           fanout, ffn_input_of, run_layer, shard_pairs, shard_tokens)
 from app.text import md_escape
 from model.config import K3Config
@@ -23,14 +24,13 @@ view = state.page(
 )
 ui.page_header(
     "Expert parallelism",
-    "K3's 896 experts do not fit on one accelerator, so they are split into shards, one per device, and every "
-    "token's 16 chosen experts can sit on any of them: each MoE layer is an all-to-all exchange of tokens.",
+    fit_note() + ", so the experts are split into shards, one per device, and every token's 16 chosen experts "
+    "can sit on any of them: each MoE layer is an all-to-all exchange of tokens.",
     "pick 8 devices (112 experts each), look at how many devices a token needs, then press “Run it for real” "
     "to run a live MoE layer split over 8 processes and check it gives the same answer.",
 )
 
 lv = lv_mod.live()
-lv_mod.banner(lv)
 cfg = lv.model.cfg
 n = cfg.n_routed_experts
 c1, c2 = st.columns([3, 2])
@@ -63,8 +63,7 @@ pairs, toks = shard_pairs(experts, G, n), shard_tokens(experts, G, n)
 ui.vega_chart(shard_load_spec(pairs, cfg.moe_layers, toks),
               f"Each cell: the (token, expert) pairs device r must compute in one layer for your {T} tokens, relative to an "
               f"even share ({T * cfg.top_k / G:.1f} pairs): grey is even, vermillion busier, blue idler. The busiest device "
-              "sets the layer's pace; the balancing bias evens the experts, and so the devices, over large batches, not "
-              "on one short prompt.",
+              f"sets the layer's pace. {DEVICE_BALANCE}.",
               alt="Heatmap of the load of each device in each MoE layer, relative to an even share.", key="ep_loads")
 
 st.subheader("Fan-out: how many devices one token visits")

@@ -10,7 +10,7 @@ from app.charts.quant_lab import behaviour_spec, block_spec, errors_spec, scales
 from app.quant_lab import (BLOCK, COARSE_BLOCK, FORMAT_NAMES, HELDOUT_CHUNK, HELDOUT_ROWS, MATRICES, SOURCES, VARIANT_HOW,
                            VARIANTS, EXAMPLES, block_table, blocks_per_tensor, cached_heldout_comparison, cached_spec,
                            cached_layer_errors, cached_layer_scales, cached_prompt_comparison, e2m1_codes, explain_block,
-                           GB_COLUMNS, k3_bytes_summary, k3_gb_table, weight_block)
+                           GB_COLUMNS, grids_caption, k3_bytes_summary, k3_gb_table, weight_block)
 from app.text import fmt_params
 from model.config import K3Config
 from model.quant import E2M1_GRID, FORMATS, bits_per_value, element_grid, packed_bytes
@@ -42,7 +42,6 @@ ui.page_header(
     "expert choices change.",
 )
 lv = lv_mod.live()
-lv_mod.banner(lv)
 model, cfg = lv.model, lv.model.cfg
 theme_type = st.context.theme.type
 
@@ -50,11 +49,7 @@ theme_type = st.context.theme.type
 st.subheader("Two tiny number formats")
 st.latex(r"X = 2^{\lfloor \log_2 \max_i |V_i| \rfloor - e_{\max}}, \qquad P_i = \mathrm{round}_{\text{grid}}(V_i / X), "
          r"\qquad \hat V_i = X \cdot P_i")
-ui.vega_chart(cached_spec("grids", theme_type),
-              "E2M1 has only 15 distinct values (±0, ±0.5 … ±6; the 16th code is −0): halfway between 4 and 6 there is "
-              "nothing. E4M3 has 8 values in every power of two from 2⁻⁶ up to 448 (plus 8 subnormals below), so its "
-              "relative step stays between 6% and 13%. Hover a tick for its bit pattern. Computed: "
-              "model.quant.element_grid (OCP Microscaling v1.0, Table 1).",
+ui.vega_chart(cached_spec("grids", theme_type), grids_caption(),
               alt="Two strip plots: the 15 E2M1 values on a linear axis, and the positive E4M3 values on a log axis.",
               key="quant_grids")
 
@@ -71,10 +66,10 @@ def block_sections() -> None:
     c1, c2, c3, c4 = st.columns([3, 2, 1, 1])
     layer = view.draw(c1.select_slider, "layer", "MoE layer", moe_layers)
     matrix = view.draw(c2.segmented_control, "matrix", "Matrix", list(MATRICES), disabled=source == "example")
-    expert = view.draw(c3.number_input, "expert", f"Expert (0–{cfg.n_routed_experts - 1})", 0, cfg.n_routed_experts - 1,
-                       step=1, disabled=source != "routed")
-    block = view.draw(c4.number_input, "block", f"Block (0–{n_blocks - 1})", 0, n_blocks - 1, step=1,
-                      options=range(n_blocks), disabled=source == "example")
+    with c3:
+        expert = view.draw_number("expert", f"Expert (0–{cfg.n_routed_experts - 1})", disabled=source != "routed")
+    with c4:
+        block = view.draw_number("block", f"Block (0–{n_blocks - 1})", hi=n_blocks - 1, disabled=source == "example")
 
     if source == "example":
         values = EXAMPLES[fmt][0]
@@ -208,11 +203,12 @@ ui.vega_chart(cached_spec("k3_bytes", theme_type),
               f"(4-bit codes + one 8-bit scale per 32) takes the weights from {fmt_bytes(K3['bf16'])} to "
               f"{fmt_bytes(K3['k3'])}. The other {fmt_params(K3['other_params'])} stay in bf16 and are still "
               f"{fmt_bytes(2 * K3['other_params'])}. Per token, the active weights read are {fmt_bytes(K3['active_k3'])} "
-              f"(vs {fmt_bytes(K3['active_bf16'])} in bf16): the input of the decode-latency bound on the next page.",
+              f"(vs {fmt_bytes(K3['active_bf16'])} in bf16): the input of the decode-latency bound on the MoE vs Mixture "
+              "of Agents page.",
               alt="Stacked bars of K3's weight memory, all bf16 versus MXFP4 routed experts.", key="quant_k3_bytes")
 ui.table(k3_gb_table(), {"parameters": ",d", "bits per value": ".2f", **{c: ",.1f" for c in GB_COLUMNS.values()}})
 st.caption("Which parts K3 keeps in higher precision: attention, latent projections, shared experts and router "
-           f"(published: K3 report; docs/ARCHITECTURE.md §7); expert activations run in MXFP8 ({K3['bits_mxfp8']:g} "
+           f"(published: K3 report sec 4.1.4; docs/ARCHITECTURE.md §7); expert activations run in MXFP8 ({K3['bits_mxfp8']:g} "
            "bits; the report says MXFP8, and E4M3 elements are what K3's serving kernels take). "
            "For the "
            "embedding, LM head, dense layer-0 FFN and norms the report gives no format: bf16 is our assumption. "

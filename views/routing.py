@@ -16,15 +16,18 @@ import streamlit as st
 
 from app import routing as rt
 from app import state, ui
+from app.assets import AssetError
 from app.charts.linked import linked_figure
 from app.charts.routing import changed_spec, fingerprint_spec, fingerprint_table, grid_spec, predictions_spec
-from app.live import banner, derived, forward, live
-from app.text import fmt_params
+from app.live import derived, forward, live
+from app.parallel import shard_note
+from app.text import fmt_params, md_escape
 
 lv = live()
 cfg = lv.model.cfg
 E, LAST = cfg.n_routed_experts, cfg.num_layers - 1
 DEFAULT_LAYER = 46
+SHARD_NOTE = shard_note()       # the 8 bands are the article's illustration; K3's experts need at least 11 H200s
 ui.page_header(
     "Routing explorer",
     "In every layer but the first, a router scores all **896 experts** for each token and sends the "
@@ -46,7 +49,6 @@ view = state.page(
     state.Int("expert", None, "expert", lo=0, hi=E - 1),
     state.Flag("play", False, "play", link=False),
 )
-banner(lv)
 if view["layer"] > 0:           # the expert panel's held-out table comes last: routed meanwhile, while the page draws
     rt.heldout_soon()
 prompt = ui.prompt_input(view)
@@ -230,8 +232,7 @@ def explorer(prompt) -> None:
     with right:
         with st.container(border=True):
             st.markdown("**Re-route the model**")
-            view.draw(st.toggle, "dense", "Dense: light every expert",
-                      help="what a dense model of the same total size would compute: top-k = 896")
+            view.draw(st.toggle, "dense", "Dense: light every expert", help=rt.DENSE_HELP)
             routing_top = st.container()                      # top-k and the bias (the results')
             view.draw_ids("ko", f"Knock out experts (ids 0–{E - 1})", placeholder="e.g. 12, 40; or click a square "
                           "and use the panel below", help="ids separated by commas or spaces; Enter applies")
@@ -401,9 +402,9 @@ def layer_view(prompt, token: int, settings: rt.Rerouting, nav, left, below):
             chosen = sorted(int(e) for e in grid.loc[grid["chosen"], "expert"])
             st.container(key="routing_grid_title").markdown(f"**Layer {layer}: the experts of “{rt.chip_label(piece)}”**")
             ui.vega_chart(grid_chart(run, layer, token, marks, colour_by, expert),
-                          f"Each square is one routed expert, 28 per row; each band of 4 rows (112 experts: shard 0 holds "
-                          f"experts 0–111, shard 1 112–223, …) is one of the 8 shards an 8-device deployment would hold. The {n_chosen} outlined, glowing squares are "
-                          "the experts this token uses here"
+                          f"Each square is one routed expert, 28 per row; each band of 4 rows holds 112 experts (shard 0 "
+                          f"holds experts 0–111, shard 1 112–223, …). {SHARD_NOTE}. The {n_chosen} outlined, glowing squares "
+                          "are the experts this token uses here"
                           + (" (colour: the router's probability for this token)." if colour_by == "probability" else
                              f" (colour: how many tokens of the whole prompt chose each expert: {rt.load_ranges(grid)}).")
                           + " Crossed: knocked out; ringed: the expert in the panel below. Point at a square for its "
@@ -428,8 +429,8 @@ def layer_view(prompt, token: int, settings: rt.Rerouting, nav, left, below):
 
         if expert is not None:
             st.subheader(f"Expert {expert} at layer {layer}")
-            view.draw(st.number_input, "expert", "Expert in the panel (or click a square in the grid)", 0, E - 1,
-                      default=expert, step=1, follow=True)      # the token's first expert here, until one is picked
+            view.draw_number("expert", f"Expert in the panel, 0–{E - 1} (or click a square in the grid)",
+                             value=expert)      # the token's first expert here, until one is picked
             row = grid.iloc[expert]
             n_chosen = int(grid["chosen"].sum())
             if row["chosen"]:
@@ -467,15 +468,20 @@ def layer_view(prompt, token: int, settings: rt.Rerouting, nav, left, below):
 
     if held_slot is not None:                       # last: it waits for the held-out routing on a fresh server
         with held_slot.container():
-            if rt.heldout_ready():
-                held = rt.heldout()
-            else:
-                with st.spinner("Routing the held-out sample once (about 1,000 tokens, a few seconds)…"):
+            try:
+                if rt.heldout_ready():
                     held = rt.heldout()
-            i = held.layers.index(layer)
-            st.markdown(f"**Held-out text that scores it highest** (chosen by {held.chosen_count[i, expert]} of "
-                        f"{len(held.ids)} tokens here)")
-            st.markdown(rt.heldout_table(layer, expert))
+                else:
+                    with st.spinner("Routing the held-out sample once (about 1,000 tokens, a few seconds)…"):
+                        held = rt.heldout()
+            except AssetError as e:                 # the rest of the page does not need it
+                held = None
+                st.caption(f":material/block: The held-out text is unavailable: {md_escape(str(e), 200)}.")
+            if held is not None:
+                i = held.layers.index(layer)
+                st.markdown(f"**Held-out text that scores it highest** (chosen by {held.chosen_count[i, expert]} of "
+                            f"{len(held.ids)} tokens here)")
+                st.markdown(rt.heldout_table(layer, expert))
     if view["play"]:
         time.sleep(1.0)
         if layer < LAST:

@@ -7,8 +7,9 @@ from app import live as lv_mod
 from app import state, ui
 from app.charts.situ import (chain_spec, curve_table, derivative_spec, factors_spec, grid_spec, grid_table,
                              histogram_spec, output_spec)
-from app.situ import (CAP, FP8_MAX, NAMES, cached_chain, cached_curves, cached_grid, cached_hidden,
-                      chain_summary, histogram_summary, swiglu_crossings)
+from app.situ import (CAP, FP8_MAX, MXFP8_NOTE, NAMES, REPORT_ON_CHAIN, SOURCE, cached_chain, cached_curves,
+                      cached_grid, cached_hidden, chain_summary, derivative_caption, histogram_summary,
+                      swiglu_crossings)
 from model.config import K3Config
 
 RANGES = list(range(1, 1001))
@@ -32,16 +33,14 @@ view = state.page(
 ui.page_header(
     "SiTU-GLU vs SwiGLU",
     f"K3 replaces SwiGLU with **SiTU-GLU**, a gated activation whose output can never exceed **{CAP:g}** in size, "
-    "whatever the weights, so the hidden value inside every expert stays bounded. K3 stores these activations in "
-    f"MXFP8, where each block of 32 gets its own power-of-two scale; the E4M3 limit {FP8_MAX:g} binds only without "
-    "that scale.",
+    "whatever the weights, so the hidden value inside every expert stays bounded. " + MXFP8_NOTE,
     "drag the range out to ±1000 and watch SwiGLU leave the chart while SiTU-GLU flattens at 100; then move "
     "the chain experiment's weight scale (it starts at 3) up and down and see which variants survive 92 layers.",
 )
 st.latex(r"\mathrm{SiTU\text{-}GLU}(g,u)=\big[4\tanh(g/4)\,\sigma(g)\big]\cdot\big[25\tanh(u/25)\big]"
          r"\qquad \mathrm{SwiGLU}(g,u)=g\,\sigma(g)\cdot u")
 st.caption("g = x W_gate and u = x W_up are the two pre-activations of a GLU feed-forward block. "
-           "Published: the form and the constants 4 and 25 (K3 report; self-cited, no independent replication). "
+           f"Published: the form and the constants 4 and 25 ({SOURCE}; self-cited, no independent replication). "
            "Computed: every curve below, by the functions the live model runs (model/activations.py).")
 
 def panels_width() -> int:
@@ -77,10 +76,7 @@ def curves_section() -> None:
                   "SiTU-GLU caps it at 25. The y axes stop at three times each bound.",
                   alt="Two line charts: the gate factor of both activations against g, and the up factor against u.",
                   key="situ_factors", table=lambda: curve_table(df, "factors"))
-    ui.vega_chart(derivative_spec(df, up, panels_width()),
-                  "Derivatives by torch.autograd through the real functions. SiTU-GLU's gradients fade to 0 far from the "
-                  "origin (the price of the bound: a saturated unit learns slowly); SwiGLU's stay near 1 (gate) and exactly "
-                  "1 (up), so nothing pulls large values back.",
+    ui.vega_chart(derivative_spec(df, up, panels_width()), derivative_caption(),
                   alt="Three line charts of derivatives: of each factor and of the output in g at the chosen up value.",
                   key="situ_derivs", table=lambda: curve_table(df, "derivatives"))
 
@@ -93,8 +89,8 @@ def plane_section() -> None:
     grid = cached_grid(float(plane))
     ui.vega_chart(grid_spec(grid, panels_width()),
                   f"Colour is the value on a signed log scale shared by both panels (g and u in ±{plane}). Dotted: |value| = 100; "
-                  "dashed: |value| = 448. SiTU-GLU's plane never reaches the 448 contour and only approaches 100 in the "
-                  "corners; SwiGLU's contours are hyperbolas g·u ≈ constant, beyond which it keeps growing.",
+                  "dashed: |value| = 448. SiTU-GLU's plane never reaches the 448 contour and only approaches 100 in the two "
+                  "corners of large positive g; SwiGLU's contours are hyperbolas g·u ≈ constant, beyond which it keeps growing.",
                   alt="Two heatmaps of SiTU-GLU and SwiGLU over gate and up values, with contours at 100 and 448.",
                   key="situ_grid", table=lambda: grid_table(grid))
 
@@ -103,7 +99,6 @@ plane_section()
 # ---- live experts ------------------------------------------------------------------------------------
 st.subheader("Live: the experts' activations on your prompt")
 lv = lv_mod.live()
-lv_mod.banner(lv)
 cfg = lv.model.cfg
 prompt = ui.prompt_input(view)
 if prompt is not None:
@@ -156,7 +151,6 @@ if prompt is not None:
                       key="situ_chain_fig", table=lambda: table)
         ui.table(chain_summary(table, len(cfg.moe_layers)), {"largest |h| (inf: overflow)": ".3g"})
         st.caption("Computed in float64 with the live weights. The experiment is a stress test of the routed path "
-                   "alone; the K3 report states that the routed path (about four chained matmuls) diverged at scale "
-                   "without these two changes, and gives no numbers to compare with (published claim, self-cited).")
+                   f"alone; {REPORT_ON_CHAIN}.")
 
     chain_section()
