@@ -15,14 +15,16 @@ import pandas as pd
 import streamlit as st
 import torch
 
-from app.text import fmt_bytes, fmt_int
+from app.text import fmt_bytes, fmt_int, fmt_tokens
 from model import memory
-from model.attnres import vectors_alive
+from model.attnres import link_count, vectors_alive
 from model.config import K3Config
 from model.k3 import K3Model, K3Output
 from model.kda import kda_recurrent
 
 CONTEXTS = [2 ** k for k in range(21)]          # 1 .. 1,048,576 tokens, the slider's stops
+# What the "rope" slice of MLA's cache is in K3: kept at its published width but never rotated.
+KEY_SLICE = "rope-sized, but never rotated: K3 puts no positional encoding on its MLA layers, K3 report sec 2.1.2"
 
 
 # ---- the 3:1 stack --------------------------------------------------------------------------------
@@ -33,8 +35,8 @@ def schedule(cfg: K3Config) -> pd.DataFrame:
     per_token, fixed = memory.mla_values_per_token(cfg), memory.kda_layer_values(cfg)
     rows = []
     for i, kind in enumerate(cfg.layer_types):
-        keeps = (f"keeps a fixed {fmt_int(fixed)}-value state (whatever the context)" if kind == "kda"
-                 else f"caches {fmt_int(per_token)} values per token (grows with the context)")
+        keeps = (f"keeps a fixed {fmt_int(fixed)} values, its state and conv tail (whatever the context)"
+                 if kind == "kda" else f"caches {fmt_int(per_token)} values per token (grows with the context)")
         name = "Kimi Delta Attention" if kind == "kda" else "gated MLA"
         rows.append({"layer": i, "kind": kind.upper(), "unit": i // 4, "slot": i % 4,
                      "where": f"layer {i} (position {i + 1} of {cfg.num_layers})", "name": name, "keeps": keeps})
@@ -149,11 +151,13 @@ def compression_planes(cfg: K3Config | None = None, k2: K3Config | None = None) 
     L, n_kda, n_mla = cfg.num_layers, cfg.n_kda, cfg.n_mla
     N = len(cfg.attnres_blocks)
     full_vec, block_vec = vectors_alive(L, None), vectors_alive(L, cfg.attnres_block_size)
+    full_links, block_links = link_count(L, None, 2, True), link_count(L, cfg.attnres_block_size, 2, True)
     d, w = cfg.d_model, cfg.expert_width
     rows = [
         ("KDA state", f"cache growth per token in the {n_kda} KDA layers (vs MLA there)",
          n_kda * mla_tok, 0, "values per token",
-         f"A KDA layer keeps no per-token cache, so growth is cut 100%, but it is not free: each layer keeps a "
+         f"A KDA layer keeps no per-token cache (K3 report Eq. 1, sec 2.1.1), so growth is cut 100%, but it is not "
+         f"free: each layer keeps a "
          f"fixed state of {fmt_int(memory.kda_state_values(cfg))} values ({cfg.kda_heads} heads x "
          f"{cfg.kda_head_dim} x {cfg.kda_head_dim}) plus a {fmt_int(memory.kda_conv_values(cfg))}-value conv "
          f"tail, {fmt_int(fixed)} values per layer; all {n_kda} KDA layers together keep {fmt_int(n_kda * fixed)} "
@@ -162,20 +166,28 @@ def compression_planes(cfg: K3Config | None = None, k2: K3Config | None = None) 
          f"{memory.crossover(memory.hybrid(cfg), memory.all_mla(cfg)):,.0f} tokens."),
         ("MLA latent", "cache per token per attention layer (vs MHA with the same heads)",
          mha_tok, mla_tok, "values per token per layer",
-         f"MLA caches the {cfg.kv_lora_rank}-value latent plus the {cfg.qk_rope_dim}-value shared key slice "
-         f"({mla_tok}) instead of a key and value per head (2 x {cfg.mla_heads} x {cfg.v_head_dim} = "
-         f"{fmt_int(mha_tok)}): a {1 - mla_tok / mha_tok:.1%} cut in every layer that caches."),
+         f"MLA (DeepSeek-V2, arXiv 2405.04434) caches the {cfg.kv_lora_rank}-value latent plus the "
+         f"{cfg.qk_rope_dim}-value key slice shared by the heads ({mla_tok}; {KEY_SLICE}) instead of a key and value "
+         f"per head (2 x {cfg.mla_heads} x {cfg.v_head_dim} = {fmt_int(mha_tok)}): a {1 - mla_tok / mha_tok:.1%} cut "
+         "in every layer that caches."),
         ("MLA latent", f"layers with a growing cache ({n_kda}:{n_mla} hybrid vs {L} attention layers)",
          L, n_mla, "layers",
-         f"The often quoted '75%' is this: only {n_mla} of {L} layers cache at all, 1 - {n_mla}/{L} = "
+         f"The '75%' quoted for MLA (claim 6 on the Claims page) is this: only {n_mla} of {L} layers cache at "
+         f"all, 1 - {n_mla}/{L} = "
          f"{1 - n_mla / L:.1%}. It comes from the 3:1 KDA:MLA ratio (the saving Kimi Linear, arXiv 2510.26692, "
          "reports for its hybrid), not from MLA's compression."),
-        ("Block AttnRes", f"depth entries ({L} layers into {N} blocks)", L, N, "entries per token",
-         f"{L} / {N} = {L / N:.1f}x fewer: the quoted '11.6x'. As K3 runs it (two modules per layer, an "
-         f"output read), Full AttnRes would keep {full_vec} vectors per token and Block keeps {block_vec} "
-         f"(embedding + {N - 1} sealed blocks + the partial sum): {full_vec / block_vec:.1f}x."),
-        ("Block AttnRes", "vectors alive per token, as K3 runs it (Full vs Block)", full_vec, block_vec,
-         "vectors per token", "Same plane, counted on the real bookkeeping: see the Attention Residuals page."),
+        ("Block AttnRes", f"layers per block ({L} layers grouped into {N} blocks)", L, N, "(layers → blocks)",
+         f"{L} / {N} = {L / N:.1f} layers per block: the ratio quoted as '11.6x' (claim 7 on the Claims page). It "
+         f"counts layers, not anything a token keeps. What is kept is the next row: as K3 runs it (two modules "
+         f"per layer, an output read), Full AttnRes would keep {full_vec} vectors per token alive and Block keeps "
+         f"{block_vec} (embedding + {N - 1} sealed blocks + the partial sum), {full_vec / block_vec:.1f}x fewer "
+         f"vectors kept. A third ratio, links read per token with two reads per layer and the output read "
+         f"({fmt_int(full_links)} → {fmt_int(block_links)}, {full_links / block_links:.1f}x fewer links), is on the "
+         "Attention Residuals page (K3 report Eq. 8-10, sec 2.2)."),
+        ("Block AttnRes", "vectors kept alive per token, as K3 runs it (Full vs Block)", full_vec, block_vec,
+         "vectors per token",
+         "The Attention Residuals page shows the vectors kept for every block size, at K3 scale and in the live "
+         "instance."),
         ("Latent dispatch", "values sent per routed copy of a token", d, w, "values per copy",
          f"Each of a token's {cfg.top_k} routed copies travels at the latent width {fmt_int(w)} instead of "
          f"{fmt_int(d)}: half the bytes per copy."),
@@ -189,6 +201,126 @@ def compression_planes(cfg: K3Config | None = None, k2: K3Config | None = None) 
     df["cut"] = 1 - df["after"] / df["before"]
     df["ratio"] = df["before"] / df["after"].where(df["after"] > 0)
     return df
+
+
+# ---- the page's sentences: every number computed, every count in words that follow its controls ------
+
+def tokens(n: int) -> str:
+    """A token count for people: '1 token', '2 tokens', '1M tokens', '2,923 tokens'."""
+    n = int(n)
+    shown = fmt_tokens(n) if n in CONTEXTS else fmt_int(n)
+    return f"{shown} token{'' if n == 1 else 's'}"
+
+
+def rows(n: int) -> str:
+    return f"{fmt_int(n)} row{'' if n == 1 else 's'}"
+
+
+def times(value: float, reference: float, name: str = "the hybrid") -> str:
+    """How many times `reference` `value` is, written for people: '3.9x the hybrid', '0.76x the hybrid',
+    '1/2,168 of the hybrid' (never '0.0x')."""
+    r = value / reference
+    if r >= 10:
+        return f"{r:,.0f}x {name}"
+    if r >= 0.995:
+        return f"{r:.1f}x {name}"
+    if r >= 0.1:
+        return f"{r:.2f}x {name}"
+    return f"1/{1 / r:,.0f} of {name}"
+
+
+def lead(cfg: K3Config) -> str:
+    per_token = memory.mla_values_per_token(cfg)
+    T = cfg.context_length
+    hybrid, mla = memory.hybrid(cfg).nbytes(T), memory.all_mla(cfg).nbytes(T)
+    return (f"Kimi K3 gives **{cfg.n_kda} of its {cfg.num_layers} layers** a fixed-size memory (Kimi Delta Attention) "
+            f"and only **{cfg.n_mla}** a cache that grows with the text (gated MLA, itself compressed to "
+            f"{per_token} values per token in each layer; K3 report sec 2.1, Table 1). At {fmt_int(T)} tokens one "
+            f"sequence's caches take {fmt_bytes(hybrid)} at bf16, where a stack of {cfg.num_layers} MLA layers would "
+            f"take {fmt_bytes(mla)} (computed below).")
+
+
+def stack_caption(cfg: K3Config) -> str:
+    return (f"Read down each column: three Kimi Delta Attention layers, then one gated MLA layer, {cfg.n_mla - 1} "
+            f"times, plus a final MLA ({cfg.n_kda} KDA + {cfg.n_mla} MLA = {cfg.num_layers}, from the config; K3 report "
+            "sec 2.1). Hover a square for what that layer keeps between tokens at K3 scale.")
+
+
+def stack_alt(cfg: K3Config) -> str:
+    units = cfg.n_mla - 1
+    return (f"Grid of K3's {cfg.num_layers} layers: {units} columns of four (three KDA layers, then one MLA layer) "
+            f"and a last column holding the final MLA layer.")
+
+
+def state_caption(cfg: K3Config, token: int) -> str:
+    """The live state's caption: its size after the token the slider picks, the same after every token."""
+    dk = cfg.kda_head_dim
+    return (f"{dk} x {dk} = {dk * dk} values after token {token}, as after every token: each token decays the rows "
+            "(forgets, channel by channel) and writes a correction (the delta rule, K3 report Eq. 1, sec 2.1.1). One "
+            "colour scale for every token, so colours compare across the slider.")
+
+
+def cache_caption(cfg: K3Config, full: K3Config, token: int) -> str:
+    """The live MLA cache's caption: the rows written after the token the slider picks."""
+    width = memory.mla_values_per_token(cfg)
+    return (f"One row of {width} values per token ({cfg.kv_lora_rank} latent + {cfg.qk_rope_dim} key slice shared by "
+            f"the heads, {KEY_SLICE}); {rows(token)} so far, {fmt_int(width * token)} values. At K3 scale a row is "
+            f"{memory.mla_values_per_token(full)} values.")
+
+
+def mla_measured_caption(cfg: K3Config, numel: int, T: int) -> str:
+    return (f"Measured from the cache object after the whole prompt: **{fmt_int(numel)} values** = {tokens(T)} x "
+            f"{memory.mla_values_per_token(cfg)}.")
+
+
+def decode_heading(steps: int) -> str:
+    return (f"**Measured: the live model's caches after the prefill and {steps} decode "
+            f"step{'' if steps == 1 else 's'}**")
+
+
+def decode_spinner(cfg: K3Config, steps: int) -> str:
+    return f"Decoding {steps} token{'' if steps == 1 else 's'} with all {cfg.num_layers} layers…"
+
+
+def decode_caption(cfg: K3Config, kda_values: int) -> str:
+    per_token = memory.mla_values_per_token(cfg)
+    return (f"Every measured value is `numel()` of the real cache objects (K3Cache), beside the accounting of "
+            f"model/memory.py for that many tokens. The {cfg.n_kda} KDA caches together stay at {fmt_int(kda_values)} "
+            f"values; the {cfg.n_mla} MLA caches grow by {cfg.n_mla} x {per_token} = {fmt_int(cfg.n_mla * per_token)} "
+            "values per token.")
+
+
+PRECISION = ("bf16 (2 bytes per value; this page's choice: the K3 report does not give the precision of its "
+             "caches)")
+
+
+def memory_caption(cfg: K3Config, batch: int) -> str:
+    cross = crossovers(cfg, batch)
+    return ("Cache bytes that must stay in memory to decode the next token, computed by the accounting that the "
+            "tests check against the live model's cache objects, at " + PRECISION + ". The hybrid starts above zero "
+            f"(its {cfg.n_kda} fixed KDA states) and then grows {cfg.num_layers / cfg.n_mla:.1f}x slower than all-MLA "
+            f"(only {cfg.n_mla} of {cfg.num_layers} layers cache); it needs less than "
+            + " and less than ".join(f"{r.versus} from {tokens(math.floor(r.tokens) + 1)} on" for r in cross.itertuples())
+            + ". Batch scales every line alike, so the crossovers do not move.")
+
+
+def metric_label(name: str, context: int) -> str:
+    return f"{name} at {tokens(context)}"
+
+
+def metric_caption(name: str, context: int, batch: int, cfg: K3Config) -> str:
+    laws = designs(cfg)
+    law, hybrid = laws[name], laws["K3 hybrid"]
+    if name == "K3 hybrid":
+        return f"{fmt_int(batch * law.fixed)} fixed + {fmt_int(batch * law.per_token * context)} growing values"
+    return times(law.nbytes(context, batch), hybrid.nbytes(context, batch))
+
+
+def memory_note(cfg: K3Config) -> str:
+    state, layer = memory.kda_state_values(cfg), memory.kda_layer_values(cfg)
+    return (f"Computed from K3's published config at {PRECISION}. A KDA state kept in fp32, as this project's "
+            f"model/kda.py keeps it, doubles the states: {fmt_int(state)} of each KDA layer's {fmt_int(layer)} fixed "
+            "values (the conv tail is the rest). Weights and activations are not included.")
 
 
 # ---- cached wrappers for the page (one computation per prompt and choice) -------------------------

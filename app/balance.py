@@ -58,10 +58,13 @@ class Setup:
 
 
 # What one run may cost, in router scores routed (tokens per batch x experts x steps): the work of a run grows
-# with each of the three (a top-k over every batch, for five methods), and a link may ask for any of them.
-# Twice the default run's (2,048 x 896 x 12): a few seconds on a 2-core server, where the largest run a link
-# could ask for (16,384 x 896 x 30) took minutes.
-SCORE_BUDGET = 2 * Setup.tokens * Setup.n_experts * Setup.steps
+# with each of the three (a top-k over every batch, for five methods), and a link may ask for any of them. One
+# and a half times the default run's (2,048 x 896 x 12): with the checks drawn beside it (the histogram's error,
+# the output weights) a page of at most about 5 s on a 2-core server, where the largest run the ranges allowed
+# (16,384 x 896 x 30) took minutes. MAX_TOKENS keeps the fixed part of a run (those checks grow with the batch)
+# within the same few seconds.
+SCORE_BUDGET = 3 * Setup.tokens * Setup.n_experts * Setup.steps // 2
+MAX_TOKENS = 8192
 MAX_STEPS = 30
 
 
@@ -319,16 +322,21 @@ class SignStory:
     gamma: float
     steps: int
     qb_max_abs_bias: float       # how far QB moved the farthest expert's bias
-    steps_needed: int            # at least that distance / gamma sign steps
+    steps_needed: int            # at least QB's spread / (2 gamma) sign steps (the spread grows <= 2 gamma a step)
     sign_max_abs_bias: float     # how far the sign rule got (<= steps * gamma)
     tokens_per_step: float       # mean over experts: tokens one +gamma step would pull in
     target: float                # q = m k / n
     flips: float                 # share of experts whose update direction flipped on the last step
+    qb_spread: float = 0.0       # QB's largest minus smallest bias: what balancing needs (a common offset is free)
+    sign_spread: float = 0.0     # the sign rule's, <= 2 x gamma x the updates it made
 
 
 def sign_story(setup: Setup, qb: Run, sign: Run, pool: torch.Tensor | None = None) -> SignStory:
     gamma = float(sign.param)
     qb_far = float(np.abs(qb.biases[-1]).max()) if len(qb.biases) > 1 else 0.0
+    # Only differences between biases change a top-k, so the sign rule must reach QB's bias up to a common
+    # offset: its spread (largest minus smallest), which one sign step widens by at most 2 gamma.
+    qb_spread = float(np.ptp(qb.biases[-1])) if len(qb.biases) > 1 else 0.0
     last = len(sign.biases) - 1
     S = Scores(setup, pool).batch(last)
     b = torch.as_tensor(sign.biases[-1], dtype=S.dtype)
@@ -341,8 +349,9 @@ def sign_story(setup: Setup, qb: Run, sign: Run, pool: torch.Tensor | None = Non
         flips = float(((d1 * d0) < 0).mean())
     else:
         flips = 0.0
-    return SignStory(gamma, setup.steps, qb_far, math.ceil(qb_far / gamma) if gamma > 0 else 0,
-                     float(np.abs(sign.biases[-1]).max()), float(pulled), setup.target, flips)
+    return SignStory(gamma, setup.steps, qb_far, math.ceil(qb_spread / (2 * gamma)) if gamma > 0 else 0,
+                     float(np.abs(sign.biases[-1]).max()), float(pulled), setup.target, flips, qb_spread,
+                     float(np.ptp(sign.biases[-1])))
 
 
 # ---- the page's explanations, with their numbers ---------------------------------------------------
@@ -358,6 +367,7 @@ def goal_note(setup: Setup, floor: float) -> str:
     """Which max/mean number is the goal on this page, where it comes from, and how it relates to the
     Model card's numbers (one sentence each)."""
     q = setup.target
+    sd = (q * (1 - setup.top_k / setup.n_experts)) ** 0.5        # a binomial load's standard deviation
     from model.config import K3Config
     k3 = K3Config.full()
     n, k = k3.n_routed_experts, k3.top_k
@@ -365,12 +375,30 @@ def goal_note(setup: Setup, floor: float) -> str:
     live_floor = cached_noise_floor(LIVE_EVAL_TOKENS, k, n)
     return (f"**The goal is the floor** ({floor:.2f} here, derived): the max/mean that even a perfectly balanced "
             f"router shows on a fresh batch of {setup.tokens:,} tokens, from sampling noise alone. With "
-            f"q = m·k/n = {q:,.1f} tokens per expert, loads vary by about √q = {q ** 0.5:.1f} from batch to batch, "
-            f"and the busiest of {setup.n_experts} experts sits about {(floor - 1) * q ** 0.5:.1f} of those above "
-            "the mean, so no bias fixed before the batch does better on average; a method has balanced when it "
+            f"q = m·k/n = {q:,.1f} tokens per expert, loads vary by about √(q(1 − k/n)) = {sd:.1f} tokens from "
+            f"batch to batch (binomial), and the busiest of {setup.n_experts} experts sits about "
+            f"{(floor - 1) * q / sd:.1f} of those above the mean, so no bias fixed before the batch does better on "
+            "average; a method has balanced when it "
             f"reaches the floor. Only larger batches lower it: at {n} experts and top-{k}, {examples}. The Model "
             f"card's {LIVE_TARGET:g} is a different number, the project's own target for the shipped live model on "
             f"its {LIVE_EVAL_TOKENS:,}-token held-out batch, where the floor is {live_floor:.2f}.")
+
+
+def table_note(table: pd.DataFrame, floor: float, setup: Setup) -> str:
+    """The caption under the summary table: where exact QB ends against the floor, and why not on it."""
+    head = ("Computed by this page's simulation; 1.5 × the floor, the last column's mark for 'near', is this "
+            "page's own choice. ")
+    steps = int(table["step"].max())
+    if steps < 2:
+        return head + "At step 1 no method has a bias yet: every method routes the raw scores."
+    qb = float(table[(table["step"] == steps) & (table["method"] == LABELS["qb"])]["max/mean"].iloc[0])
+    if qb < floor:
+        return head + (f"Exact QB ends at {qb:.2f}, below the floor {floor:.2f}: the floor is an expected value "
+                       "over fresh batches, and one batch can beat it.")
+    return (head + f"Exact QB ends at {qb:.2f}, {qb / floor - 1:.0%} above the floor: its bias comes from one "
+            f"earlier batch of {setup.tokens:,} tokens and carries that batch's sampling noise. K3 takes each "
+            "quantile over a whole global batch, millions of margins (K3 report sec 2.3.3), and names an average "
+            "over steps as an optional refinement (App. D).")
 
 
 def sign_rule_intuition(story: SignStory, k: int, steps: int) -> str:
@@ -378,21 +406,25 @@ def sign_rule_intuition(story: SignStory, k: int, steps: int) -> str:
     return (f"Both methods turn the same knob: one bias per expert, added to the router's scores only to choose "
             f"the top-{k}. The **sign rule** (DeepSeek-V3, arXiv 2412.19437) nudges every bias by the same small "
             f"step γ = {story.gamma:g} each batch, up if the expert was underused and down if overused, however far "
-            f"it is from balance. **Quantile Balancing** (K3 report) instead asks, for each expert, which bias "
-            f"would have given it exactly its fair share of the last batch, and sets it there in one move. In this "
-            f"run QB moved the farthest expert's bias by **{story.qb_max_abs_bias:.3f}**; at γ = {story.gamma:g} "
-            f"the sign rule needs at least **{story.steps_needed:,} steps** to travel that far, and after {steps} "
-            f"steps it has moved at most **{story.sign_max_abs_bias:.3f}**.")
+            f"it is from balance. **Quantile Balancing** (K3 report Eq. 14, sec 2.3.3) instead asks, for each "
+            f"expert, which bias would have given it exactly its fair share of the last batch if every token's "
+            f"cutoff had stayed where it was, and sets it there in one move; the cutoffs then shift with the other "
+            f"experts' biases, so a few batches settle it. Only differences between biases change a token's "
+            f"top-{k}, and in this run QB spread the experts' biases over **{story.qb_spread:.3f}** (largest minus "
+            f"smallest). One sign-rule step widens that spread by at most 2γ, so at γ = {story.gamma:g} the sign "
+            f"rule needs at least **{story.steps_needed:,} steps** to get there; after its {steps - 1} "
+            f"update{'' if steps - 1 == 1 else 's'} in this run its biases span **{story.sign_spread:.3f}**.")
 
 
 def sign_rule_details(story: SignStory, k: int, qb_loads: list[float], sign_loads: list[float]) -> str:
     """The expandable half: why a larger step does not help, and the optimisation view."""
-    return (f"*Why not a larger γ?* Each step is then coarse: one +γ step pulls on average "
-            f"**{story.tokens_per_step:.1f} tokens** into an expert whose target is {story.target:,.1f}, and "
-            f"{story.flips:.0%} of experts reversed direction on the last step. With near a thousand experts the "
-            f"k-th and (k+1)-th choices of a token are close in score, so one fixed step is too small for the experts "
-            "far from balance and too large for those near it.\n\n"
-            "*The optimisation view* (the K3 report's framing, self-cited): both rules are descent methods on the "
+    return (f"*Why not a larger γ?* The step is the same for every expert. At γ = {story.gamma:g} one +γ step "
+            f"would pull on average **{story.tokens_per_step:.1f} tokens** into an expert whose target is "
+            f"{story.target:,.1f}, and {story.flips:.0%} of the experts reversed direction on the last step. A larger "
+            "γ pulls more tokens per step, too many for the experts near balance, which then overshoot, while those "
+            "far from it still need many steps. This page's reading: with near a thousand experts a token's k-th "
+            "and (k+1)-th choices are close in score, so one fixed step cannot suit both.\n\n"
+            "*The optimisation view* (the K3 report's App. C, self-cited): both rules are descent methods on the "
             "same dual objective of the balancing problem. The sign rule is a SignSGD step on it; QB is the exact "
             "minimiser in each expert's coordinate: the bias at which exactly q = m·k/n tokens of the batch clear "
             "their cutoff c (each token's (k+1)-th highest biased score), i.e. the (q+1)-th largest margin s − c, "

@@ -18,12 +18,12 @@ import streamlit as st
 import torch
 
 from app.attention import compression_planes
-from app.text import fmt_bytes
 from app.depth import AFFORDABLE_SOURCE, affordability, sci
 from app.moa import cost_table, default_scenario, show, step_bytes
 from app.overview import headlines
 from app.parallel import EXAMPLE_G, H200_MEMORY, expected_fanout, fanout, routed_expert_bytes, routing, shard_pairs
 from app.situ import CAP, grid2d
+from app.text import fmt_bytes
 from model import cost, memory
 from model.accounting import count_params
 from model.activations import BETA_GATE, BETA_UP
@@ -388,7 +388,8 @@ def check_7(ctx: "Context") -> Check:
     live_links = ctx.out.trace.link_count
     want = link_count(live.num_layers, live.attnres_block_size, 2, True)
     return Check(CLAIMS[6],
-                 f"{blk['before']} / {blk['after']} = **{blk['ratio']:.1f}x** depth entries; as K3 runs it: vectors "
+                 f"{blk['before']} layers / {blk['after']} blocks = **{blk['ratio']:.1f}x** (layers per block); "
+                 "as K3 runs it: vectors "
                  f"kept per token {full_vec} → {block_vec} (**{full_vec / block_vec:.1f}x**), links per token "
                  f"{full_links:,} → {block_links:,} (**{full_links / block_links:.1f}x**). Live trace: {live_links:,} "
                  f"links (closed form {want:,})",

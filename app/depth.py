@@ -53,23 +53,30 @@ def sci(x: float, digits: int = 2) -> str:
     return f"{m:.{digits - 1}f} × 10{str(e).translate(_SUP)}"
 
 
-def growth_at(block_size: int, depths: tuple[int, ...] = (100, 200)) -> list[dict]:
-    """Block links (one read per layer) at fixed block size S for larger depths, beside their leading
-    term L^2 / (2S): at a fixed block size the number of blocks grows with L, so links grow
-    quadratically, only S times slower than Full's L(L+1)/2. Linear only if the number of blocks is
-    fixed instead (the block size then grows with L)."""
-    return [{"layers": L, "block": link_count(L, block_size, 1), "leading": L * L / (2 * block_size),
-             "full": link_count(L, None, 1)} for L in depths]
+def growth_at(block_size: int, depths: tuple[int, ...] = (100, 200), reads_per_layer: int = 1,
+              output_read: bool = False) -> list[dict]:
+    """Block links at fixed block size S for larger depths, beside their leading term r L^2 / (2S) (r reads
+    per layer): at a fixed block size the number of blocks grows with L, so links grow quadratically, only
+    r S times slower than Full's r^2 L^2 / 2. Linear only if the number of blocks is fixed instead (the block
+    size then grows with L)."""
+    r, o = reads_per_layer, output_read
+    return [{"layers": L, "block": link_count(L, block_size, r, o), "leading": r * L * L / (2 * block_size),
+             "full": link_count(L, None, r, o)} for L in depths]
 
 
-def growth_note(block_size: int) -> str:
-    """One sentence for the link-count chart: how Block's links grow at the block size the slider sets."""
-    rows = growth_at(block_size)
-    at = ", ".join(f"{r['block']:,} at L = {r['layers']}" for r in rows)
-    return (f"Full AttnRes lets every read see every earlier output, so its links grow like L²/2. Block keeps one "
-            f"sum per block, but at a fixed block size S (what the slider sets) the number of blocks grows with L, "
-            f"so Block's links still grow like L²/(2S), S times slower: {at} at S = {block_size} (one read per "
-            "layer). They grow linearly only if the number of blocks is held fixed.")
+def growth_note(block_size: int, view: str = "per-layer") -> str:
+    """One sentence for the link-count chart: how Full's and Block's links grow, for the count the Count control
+    shows and the block size the slider sets."""
+    v = VIEWS[view]
+    r = v["reads_per_layer"]
+    rows = growth_at(block_size, reads_per_layer=r, output_read=v["output_read"])
+    at = ", ".join(f"{row['block']:,} at L = {row['layers']}" for row in rows)
+    # the leading terms of model.depth_counts.link_count: Full r^2 L^2 / 2, Block r L^2 / (2S)
+    full_law, block_law, slower = {1: ("L²/2", "L²/(2S)", "S times"), 2: ("2L²", "L²/S", "2S times")}[r]
+    return (f"Full AttnRes lets every read see every earlier output, so its links grow like {full_law}. Block keeps "
+            f"one sum per block, but at a fixed block size S (what the slider sets) the number of blocks grows with "
+            f"L, so Block's links still grow like {block_law}, {slower} slower: {at} at S = {block_size} "
+            f"({v['label']}). They grow linearly only if the number of blocks is held fixed.")
 
 
 def depth_attention_macs(num_layers: int, d: int, block_size: int | None = None, reads_per_layer: int = 2,
@@ -101,10 +108,42 @@ def affordability_note(cfg) -> str:
     a = affordability(cfg)
     return (f"The shaded region is where the {AFFORDABLE_SOURCE} calls Full AttnRes affordable (L < "
             f"{AFFORDABLE_LAYERS}): its arithmetic is small, {sci(a['full_macs'], 3)} multiply-adds per token at "
-            f"L = {cfg.num_layers}, {a['share']:.2%} of the {sci(a['model_macs'], 3)} of the active weights. K3 still "
-            f"uses Block because of memory: Full keeps {a['full_vectors']} vectors per token alive "
-            f"({a['full_bytes'] / 1e6:.1f} MB in bf16) and moves them between pipeline stages; Block keeps "
-            f"{a['block_vectors']} ({a['block_bytes'] / 1e3:.0f} KB).")
+            f"L = {cfg.num_layers}, {a['share']:.2%} of the {sci(a['model_macs'], 3)} of the active weights (derived: "
+            f"two multiply-adds per link and value, one per active weight). K3 still uses Block for what the report "
+            f"names the practical overhead, memory: Full keeps {a['full_vectors']} vectors per token alive "
+            f"({a['full_bytes'] / 1e6:.1f} MB at bf16, this page's assumption) and moves them between pipeline "
+            f"stages; Block keeps {a['block_vectors']} ({a['block_bytes'] / 1e3:.0f} KB).")
+
+
+def attnres_ratios(cfg) -> list[dict]:
+    """The four Full-vs-Block ratios quoted for K3's AttnRes, each named by what it counts (K3's config, blocks
+    of cfg.attnres_block_size): layers per block, vectors kept alive per token, and links read per token in the
+    two ways of counting (docs/ARCHITECTURE.md section 1)."""
+    L, S = cfg.num_layers, cfg.attnres_block_size
+    N = len(cfg.attnres_blocks)
+    rows = [("layers per block", L, N, f"{L} layers / {N} blocks"),
+            ("vectors kept alive per token", vectors_alive(L, None), vectors_alive(L, S),
+             "Full 2L + 1 / Block N + 1"),
+            ("links read per token, one read per layer", link_count(L, None, 1), link_count(L, S, 1), "Full / Block"),
+            ("links read per token, two reads per layer + output", link_count(L, None, 2, True),
+             link_count(L, S, 2, True), "Full / Block")]
+    return [{"name": n, "before": b, "after": a, "ratio": b / a, "how": h} for n, b, a, h in rows]
+
+
+def ratios_note(cfg) -> str:
+    """One sentence naming the four AttnRes ratios by what they count and saying why they differ."""
+    r = {x["name"]: x for x in attnres_ratios(cfg)}
+    lpb, vec = r["layers per block"], r["vectors kept alive per token"]
+    one, two = (r[f"links read per token, {k}"] for k in ("one read per layer", "two reads per layer + output"))
+    return (f"Four ratios compare K3's Block AttnRes with Full in this app, each counting something else (computed, "
+            f"blocks of {cfg.attnres_block_size}): **layers per block**, {lpb['before']} layers / {lpb['after']} blocks = "
+            f"{lpb['ratio']:.1f} (the ratio claim 7 quotes as a compression; nothing a token keeps), **vectors kept "
+            f"alive per token** "
+            f"{vec['before']} / {vec['after']} = {vec['ratio']:.1f}x (K3 has two modules per layer, each output its "
+            f"own vector under Full), and **links read per token** {one['before']:,} / {one['after']:,} = "
+            f"{one['ratio']:.1f}x with one read per layer or {two['before']:,} / {two['after']:,} = "
+            f"{two['ratio']:.1f}x with two reads per layer and the output read (links add up every read's "
+            "candidates, so they grow with the square of the depth and differ with the reads counted).")
 
 
 @functools.lru_cache(maxsize=256)

@@ -28,8 +28,8 @@ from dataclasses import dataclass
 import streamlit as st
 import torch
 
-from app.prompts import DEFAULT_PRESET, PRESETS  # noqa: F401 - named here too (app.live.PRESETS)
 from app.assets import LiveUnavailable
+from app.prompts import DEFAULT_PRESET, PRESETS  # noqa: F401 - named here too (app.live.PRESETS)
 from app.text import clean_text
 from model.checkpoint import CheckpointError, load_pretrained, shown
 from model.config import K3Config

@@ -8,6 +8,7 @@ from dataclasses import replace
 
 import pandas as pd
 
+from app.parallel import H200_MEMORY
 from app.text import fmt_bytes, fmt_tokens
 from model import cost
 from model.accounting import count_params
@@ -81,6 +82,15 @@ def cost_table(s: cost.Scenario) -> tuple[pd.DataFrame, cost.Cost, cost.Cost]:
     return df, k, m
 
 
+def fmt_ratio(r: float) -> str:
+    """A cost ratio for people: '8.0x', '0.57x', and under 0.1 as a fraction ('1/75'), never '0.0x'."""
+    if r >= 1:
+        return f"{r:,.1f}x"
+    if r >= 0.1:
+        return f"{r:.2f}x"
+    return f"1/{round(1 / r):,}"
+
+
 def show(value: float, unit: str) -> str:
     if unit == "bytes":
         return fmt_bytes(value)
@@ -103,6 +113,27 @@ def context_sweep(s: cost.Scenario) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def sweep_note(s: cost.Scenario, sweep: pd.DataFrame) -> str:
+    """What the ratio lines do over the prompt lengths, read from the sweep itself (so it holds at any setting)."""
+    n = s.n_agents
+    flops = sweep["FLOPs per answer token"].to_numpy()
+    cache = sweep["peak cache"].to_numpy()
+    # Per answer token the MoA generates N answers, reads them in the aggregator and writes its own: 2N + 1 token
+    # passes (one for N = 1), each with the same attention work as K3's, which takes over at long contexts.
+    passes = 2 * n + 1 if n > 1 else 1
+    trend = "falls" if flops[-1] < flops[0] else "rises"
+    text = (f"Attention work grows with the context, the same in each agent as in K3, so the FLOPs ratio {trend} from "
+            f"{fmt_ratio(flops[0])} at {fmt_tokens(CONTEXTS[0])} to {fmt_ratio(flops[-1])} at "
+            f"{fmt_tokens(CONTEXTS[-1])} tokens, towards {passes}x "
+            + ("(N answers, the aggregator reading them, and its own answer). " if n > 1 else "(one pass each). "))
+    if abs(cache - n).max() < 1e-9 * n:
+        return text + ("The cache ratio is 1 at every length: one model's cache, as large as K3's." if n == 1 else
+                       f"The cache ratio is {n} at every length: {n} proposer caches, each as large as K3's.")
+    over = [fmt_tokens(t) for t, c in zip(CONTEXTS, cache) if c > n * (1 + 1e-9)]
+    return text + (f"The cache ratio is {n} where the proposers' caches are the peak and more where the aggregator's "
+                   f"context (prompt + {n} answers + its own) outgrows them, here at {', '.join(over)} tokens.")
+
+
 def step_breakdown(s: cost.Scenario) -> pd.DataFrame:
     """Bytes one decode step reads at the prompt length, for K3 and for one agent: weights vs cache."""
     k3, agent = cost.k3_decoder(), cost.dense_agent(cost.agent_size(s), s.agent_bits)
@@ -122,55 +153,77 @@ def assumptions(s: cost.Scenario) -> list[str]:
     cfg = K3Config.full()
     return [
         f"**K3**: {k3.active_params / 1e9:,.1f}B active parameters per token (computed, accounting), routed experts "
-        f"in MXFP4 (4.25 bits), everything else bf16 (the report says only \"higher precision\" for attention, the "
-        f"latent projections, the shared experts and the router; bf16 is our assumption): "
+        f"in MXFP4 (4.25 bits), everything else bf16 (the K3 report, sec 4.1.4, says only \"higher precision\" for "
+        f"attention, the latent projections, the shared experts and the router; bf16 is our assumption): "
         f"{fmt_bytes(k3.weight_bytes)} of weights read per token.",
         f"**Each agent**: a dense model of {a.total_params / 1e9:,.0f}B parameters, all active but the embedding "
         f"lookup, weights at {s.agent_bits:g} bits ({fmt_bytes(a.weight_bytes)} read per token). It gets K3's own "
-        f"attention stack ({cfg.n_kda} KDA + {cfg.n_mla} MLA layers, the same cache and attention FLOPs): the most "
-        "favourable choice for the agents, since a typical dense model caches more per token.",
-        f"**Mixture of Agents** ({MOA_SOURCE}), one layer: the N agents answer in parallel, each on its own "
-        "accelerator; then one of them reads all N answers and writes the final one. N = 1 is a single dense model.",
+        f"attention stack ({cfg.n_kda} KDA + {cfg.n_mla} MLA layers, the same cache and attention FLOPs), a choice "
+        "that favours the agents, since a typical dense model caches more per token. Equal sizes and K3's attention "
+        "are this page's choices, not the paper's.",
+        f"**Mixture of Agents** ({MOA_SOURCE}): the paper stacks layers of agents, each reading the previous layer's "
+        "answers (its default: three layers of the same six open models, Qwen1.5-110B-Chat aggregating in the "
+        "last), and uses the models as they are, by prompting. This page costs the smallest MoA, one "
+        "layer: the N agents answer in parallel, each at the bandwidth below; then one of them reads all N answers "
+        "and writes the final one. N = 1 is a single dense model.",
         "**FLOPs per token** = 2 × active parameters + attention: KDA ≈ 7·H·d_k² per layer (state decay, read, "
-        "update, output), MLA 2·H·(2·kv_lora + rope) per cached token per layer (absorbed decode).",
-        "**Cache**: KDA states + MLA latents in bf16 (model/memory.py). Peak for MoA = the larger of N proposer "
-        "caches and the aggregator's (prompt + N answers + its own).",
+        "update, output), MLA 2·H·(2·kv_lora + r) per cached token per layer (absorbed decode; r is the "
+        f"{cfg.qk_rope_dim}-value key slice shared by the heads, which K3 never rotates: no positional encoding in "
+        "its MLA layers, K3 report sec 2.1.2).",
+        "**Cache**: KDA states + MLA latents in bf16, this page's assumption (model/memory.py). Peak for MoA = the "
+        "larger of N proposer caches and the aggregator's (prompt + N answers + its own).",
         f"**Time**: batch 1, every step max(bytes read / bandwidth, FLOPs / compute): bytes = active weights + the "
         f"whole cache. Bandwidth {s.accel.bandwidth / 1e12:g} TB/s ({s.accel.name}); compute "
         f"{s.accel.flops / 1e12:,.0f} TFLOP/s dense BF16 ({cost.H200.source}, published by NVIDIA). Reading the "
-        "prompt (prefill) is left out for both sides; a model spread over several devices divides both sides' "
-        "times alike.",
+        "prompt (prefill) is left out for both sides. " + devices_note(s),
     ]
+
+
+def devices_note(s: cost.Scenario) -> str:
+    """What the one-accelerator times mean: neither side fits in one H200's memory."""
+    k3 = cost.k3_decoder()
+    agent = cost.dense_agent(cost.agent_size(s), s.agent_bits)
+    need = lambda b: math.ceil(b / H200_MEMORY)
+    return (f"The times are what one accelerator's bandwidth allows, not a deployment: K3's {fmt_bytes(k3.stored_bytes)} "
+            f"of weights need at least {need(k3.stored_bytes)} H200s of {H200_MEMORY / 1e9:.0f} GB, one agent's "
+            f"{fmt_bytes(agent.stored_bytes)} at least {need(agent.stored_bytes)} (computed). Spreading a model over "
+            "D devices divides its step time by up to D, so the ratios carry over when each model gets the same "
+            "number of devices.")
 
 
 def qualitative(s: cost.Scenario, table: pd.DataFrame, k3: cost.Cost, moa: cost.Cost) -> pd.DataFrame:
     cfg = K3Config.full()
     r = table.set_index("cost")["ratio"]
     expert = 3 * cfg.expert_width * cfg.expert_hidden
+    has_aggregator = s.n_agents > 1              # N = 1 is a single dense model: no aggregator
     rows = [
         ("Differentiability",
-         "The router is part of the network: the output weights p_i are differentiable router scores, so one "
-         "backward pass trains router and experts together (only the top-k pick itself is not differentiable; "
-         "Quantile Balancing sets the bias without gradients).",
-         "Agents exchange sampled text: no gradient flows from the final answer back into the agents, so they "
-         "cannot be trained jointly end to end.",
+         "The router is part of the network: the output weights p_i are differentiable router scores (K3 report "
+         "Eq. 13), so one backward pass trains router and experts together (only the top-k pick itself is not "
+         "differentiable; Quantile Balancing sets the bias without gradients, K3 report Eq. 14).",
+         "Agents exchange sampled text: no gradient flows from the final answer back into the agents, so "
+         "backpropagation cannot train them together (the MoA paper uses its models as they are).",
          f"{cfg.top_k} of {cfg.n_routed_experts} experts chosen per token in each of {len(cfg.moe_layers)} layers "
-         f"(config) vs one choice of {s.n_agents} agents per request"),
+         f"(config) vs all {s.n_agents} agent{'' if s.n_agents == 1 else 's'} on every request, no routing"),
         ("Latency",
          "One pass per token; only the chosen experts' weights are read.",
-         "Agents run in parallel, but the aggregator must wait for the slowest proposer, then read every answer "
-         "before writing its own: two sequential generations.",
+         ("Agents run in parallel, but the aggregator must wait for the slowest proposer, then read every answer "
+          "before writing its own: two sequential generations." if has_aggregator else
+          "One dense model (N = 1): one pass per token, all its weights read every step."),
          f"{show(k3.seconds, 'seconds')} vs {show(moa.seconds, 'seconds')} for the answer: "
-         f"{r['Time to the full answer']:.1f}x "
+         f"{fmt_ratio(r['Time to the full answer'])} "
          f"(one step {show(k3.step_seconds, 'seconds')} vs {show(moa.step_seconds, 'seconds')})"),
         ("KV cache",
          "One cache per sequence.",
-         "One cache per agent, and the aggregator's context holds the prompt plus all N answers.",
-         f"{show(k3.cache_bytes, 'bytes')} vs {show(moa.cache_bytes, 'bytes')}: {r['Peak cache memory']:.1f}x"),
+         ("One cache per agent, and the aggregator's context holds the prompt plus all N answers." if has_aggregator else
+          "One cache per sequence, with the same attention stack as K3's."),
+         f"{show(k3.cache_bytes, 'bytes')} vs {show(moa.cache_bytes, 'bytes')}: {fmt_ratio(r['Peak cache memory'])}"),
         ("Compute",
          f"{k3.flops_per_token / 1e9:,.0f} GFLOP per answer token.",
-         "Every agent does dense work on every token, then the aggregator again.",
-         f"{show(k3.flops_per_token, 'FLOPs')} vs {show(moa.flops_per_token, 'FLOPs')}: {r['FLOPs per answer token']:.1f}x"),
+         ("Every agent does dense work on every token, then the aggregator again." if has_aggregator else
+          "Dense work with all its weights on every token."),
+         f"{show(k3.flops_per_token, 'FLOPs')} vs {show(moa.flops_per_token, 'FLOPs')}: "
+         f"{fmt_ratio(r['FLOPs per answer token'])}"),
         ("Modularity",
          f"Experts are not separable: one expert is a {expert / 1e6:,.0f}M-parameter piece of a layer, trained "
          "with the router and the rest; it cannot be swapped or run alone.",

@@ -30,7 +30,7 @@ from model import cost
 from model.checkpoint import is_expert_tensor
 from model.config import K3Config
 from model.k3 import K3Model, K3Output, model_with_weights
-from model.quant import FORMATS, block_scale_exponents, bits_per_value, element_grid, mx_fake_quant, pack_mxfp4
+from model.quant import FORMATS, bits_per_value, block_scale_exponents, element_grid, mx_fake_quant, pack_mxfp4
 
 HELDOUT_CHUNK = 128            # tokens per row of a held-out forward (the live model's cap)
 HELDOUT_ROWS = 2               # rows of the held-out sample: 256 tokens

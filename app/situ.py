@@ -2,7 +2,8 @@
 
 Curves and derivatives come from the model's own activation functions (torch.autograd on
 model.activations.situ_glu / swiglu); the live numbers come from the live model's experts on the
-prompt, starting from the FFN input the forward's trace recorded; the chain experiment re-runs the routed path of every MoE layer with scaled weights.
+prompt, starting from the FFN input the forward's trace recorded; the chain experiment re-runs the routed
+path of every MoE layer with scaled weights.
 Pure functions, plus thin Streamlit-cached wrappers at the end for the page.
 """
 from __future__ import annotations

@@ -1,11 +1,11 @@
 """The guided tour: a recommended order through the pages and, per page, why its mechanism matters.
 
-The order is a teaching order, not the sidebar's: after the overview it follows one token through
-K3's mixture of experts (routing, then the whole layer around it step by step, then balancing the experts' load, then placing the experts on
-devices, then what runs inside an expert and how its weights are stored), then the attention half of
-each layer, then how the layers connect, and ends with the comparisons, the claims and the live
-model's card. Facts follow docs/ARCHITECTURE.md and docs/REFERENCES.md (K3 report, arXiv 2607.24653);
-every number is computed from the config, the accounting or the format tables.
+The order is a teaching order, not the sidebar's: after the overview it follows one token through K3's
+mixture of experts (routing, then the whole layer around it step by step, then balancing the experts' load,
+then placing the experts on devices, then what runs inside an expert and how its weights are stored), then
+the attention half of each layer, then how the layers connect, and ends with the comparisons, the claims and
+the live model's card. Facts follow docs/ARCHITECTURE.md and docs/REFERENCES.md (K3 report, arXiv
+2607.24653); every number is computed from the config, the accounting or the format tables.
 """
 from __future__ import annotations
 
@@ -66,11 +66,14 @@ _ORDER = (
     ("attention",
      f"At long context the attention cache, not the weights, fills the memory. K3 gives {_K3.n_kda} of its "
      f"{_K3.num_layers} layers a fixed-size KDA state and caches only {memory.mla_values_per_token(_K3)} values per "
-     f"token in each of its {_K3.n_mla} MLA layers, which is what makes a {_K3.context_length:,}-token context fit "
-     "(the released config's max_position_embeddings; Table 1 of the K3 report says 1M)."),
+     f"token in each of its {_K3.n_mla} MLA layers: at {_K3.context_length:,} tokens (the released config's "
+     "max_position_embeddings; the K3 report's Table 1 says 1M) a sequence's cache is "
+     f"{memory.hybrid(_K3).nbytes(_K3.context_length) / 1e9:.1f} GB in bf16 (our choice), against "
+     f"{memory.all_mla(_K3).nbytes(_K3.context_length) / 1e9:.1f} GB if every layer were MLA."),
     ("attnres",
      "A plain residual adds every layer's output with the same weight, so a late layer cannot choose what to "
-     "read from early ones. Attention over depth learns those weights per token, and Block AttnRes keeps the "
+     "read from early ones. Attention over depth computes those weights for each token from a learned query (the "
+     "K3 report's equations 8 to 10), and Block AttnRes keeps the "
      f"cost at {vectors_alive(_K3.num_layers, _K3.attnres_block_size)} stored vectors per token instead of "
      f"{vectors_alive(_K3.num_layers, None)}."),
     ("moe-vs-moa",

@@ -19,7 +19,8 @@ titles; so a rerun too fast to see the "running" state is still caught), the app
 connected, no element is a loading skeleton, and the DOM has been quiet for 0.4 s and still is 0.3 s
 later with no new run. The end is the last DOM change before that quiet (for the floor that is
 plotly's redraw of the scatter); a hover tooltip that opens meanwhile (a button's help text appears
-~0.5 s after the pointer arrives) is not a change of the app's answer and does not count. After each input the expected change is checked (the grid shows
+~0.5 s after the pointer arrives) is not a change of the app's answer and does not count. After each input
+the expected change is checked (the grid shows
 the next layer, the metric the new top-k, the chip is selected, the panel's buttons swapped, the
 toggle and the link agree), and the run stops with a clear message when a widget is missing.
 A slider key is timed as a person feels it: Streamlit commits it after a short debounce, and that

@@ -184,7 +184,8 @@ class Proxied:
         self.log = open(self.dir / "deploy.log", "w+")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "deploy", "--replicas", str(n), "--port", str(self.port), "--health-interval", "1",
-             "--status-file", str(self.status_file), "--app-dir", str(app_dir)], cwd=ROOT, stdout=self.log, stderr=subprocess.STDOUT)
+             "--status-file", str(self.status_file), "--app-dir", str(app_dir)],
+            cwd=ROOT, stdout=self.log, stderr=subprocess.STDOUT)
         self.url = f"http://127.0.0.1:{self.port}/"
         self.status = None
 

@@ -64,7 +64,8 @@ class K3Config:
     n_shared_experts: int = 2                  # published
     expert_hidden: int = 3072                  # published per-expert hidden f
     shared_hidden: int = 3072                  # published: each shared expert as wide as a routed one
-    latent_dim: int | None = 3584              # published (config routed_expert_hidden_size, Table 1); = d / 2; None = experts at full width
+    # published (config routed_expert_hidden_size, Table 1); = d / 2; None = experts at full width
+    latent_dim: int | None = 3584
     activation: str = "situ_glu"               # published: SiTU-GLU in every FFN
     situ_beta_gate: float = 4.0                # published
     situ_beta_up: float = 25.0                 # published

@@ -18,7 +18,6 @@ from model.config import K3Config
 from model.norms import RMSNorm
 from model.quant import mx_fake_quant
 
-
 # ---- routing -----------------------------------------------------------------------------------
 
 @dataclass(frozen=True)

@@ -36,8 +36,7 @@ import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 from tqdm import tqdm
 
-from model.checkpoint import (ASSETS, CARD, CHECKPOINT, PHASE_KEYS, card_phases, load_pretrained, read_card,
-                              save_pretrained)
+from model.checkpoint import ASSETS, CARD, CHECKPOINT, PHASE_KEYS, card_phases, load_pretrained, read_card, save_pretrained
 from model.config import K3Config
 from model.corpus import SEPARATOR, CorpusMissing, documents_by_kind, fingerprint, guide_package, held_out, split
 from model.k3 import K3Model

@@ -162,6 +162,7 @@ def markdown_table(text: str):
     unescaped; a column of numbers (thousands commas allowed, "–" for a missing value) as numbers, a column
     of yes/no as flags."""
     import re
+
     import pandas as pd
     lines = text.splitlines()
     if len(lines) < 2 or not lines[0].startswith("|") or not set(lines[1]) <= set("|-: "):

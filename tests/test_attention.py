@@ -4,9 +4,18 @@ import numpy as np
 import pytest
 import torch
 
-from app.attention import (compression_planes, context_grid, crossovers, decode_counts, kda_layer_input,
-                           kda_state_trajectory, memory_curves, mla_cache_rows, schedule)
 from app import theme
+from app.attention import (
+    compression_planes,
+    context_grid,
+    crossovers,
+    decode_counts,
+    kda_layer_input,
+    kda_state_trajectory,
+    memory_curves,
+    mla_cache_rows,
+    schedule,
+)
 from app.charts.attention import cache_spec, memory_spec, planes_spec, stack_spec, state_spec
 from model.config import K3Config
 from model.k3 import K3Model
@@ -37,7 +46,10 @@ def test_schedule_is_three_kda_then_one_mla_plus_a_final_mla():
     assert units.groupby("unit").size().eq(4).all() and units["unit"].nunique() == 23
     last = s[s["unit"] == 23]
     assert last["layer"].tolist() == [92] and last["kind"].tolist() == ["MLA"]
-    assert "576 values per token" in s.loc[3, "keeps"] and "1,683,456-value state" in s.loc[0, "keeps"]
+    # the 1,683,456 fixed values are the state (96 x 128 x 128) and the conv tail (3 x 3 x 96 x 128), not the state alone
+    assert 96 * 128 * 128 + 3 * 3 * 96 * 128 == 1_683_456
+    assert "576 values per token" in s.loc[3, "keeps"] and "1,683,456 values, its state and conv tail" in s.loc[0, "keeps"]
+    assert "1,683,456-value state" not in s.loc[0, "keeps"]
     assert s.loc[3, "where"] == "layer 3 (position 4 of 93)" and s.loc[3, "name"] == "gated MLA"
     spec = stack_spec(s, "dark")
     assert spec["usermeta"]["chart"] == "attention_stack"

@@ -3,10 +3,10 @@ against the accounting, measured cache counts, and bad prompts and link paramete
 import json
 
 import pytest
-from tests.conftest import markdown_tables, open_app_page, vega_datasets
 
 from model import memory
 from model.config import K3Config
+from tests.conftest import markdown_tables, open_app_page, vega_datasets
 
 PAGE = "views/attention.py"
 CHARTS = ["attention_stack", "attention_state", "attention_cache", "attention_memory", "attention_planes"]
@@ -116,3 +116,26 @@ def test_bad_link_parameters_are_clamped_with_a_notice():
     assert at.slider(key="att_batch").value == 256
     assert at.select_slider(key="att_token").value == 0          # token -4 -> the first position
     assert at.query_params["kda"] in ("2", ["2"])
+
+
+def test_captions_and_labels_follow_the_controls_and_read_for_people(page):
+    """Issue 45 item 9 / issue 48: the state's caption names the token the slider picks; at a 1-token context the
+    metrics say "1 token" and compare with the hybrid as a fraction, never "0.0x"."""
+    full = K3Config.full()
+    kda = full.kda_heads * full.kda_head_dim ** 2 + (full.kda_conv - 1) * 3 * full.kda_heads * full.kda_head_dim
+    hybrid_1 = full.n_kda * kda + full.n_mla * (full.kv_lora_rank + full.qk_rope_dim)     # values at 1 token
+    mla_1 = full.num_layers * (full.kv_lora_rank + full.qk_rope_dim)
+    T = len(page.select_slider(key="att_token").options)
+    for t in sorted({1, 2, T}):
+        page.select_slider(key="att_token").set_value(t - 1).run()
+        captions = " ".join(c.value for c in page.caption)
+        assert f"values after token {t}, as after every token" in captions
+        assert f"{t} row{'' if t == 1 else 's'} so far" in captions
+        assert "after token 1 and after token" not in captions
+    page.select_slider(key="att_ctx").set_value(1).run()
+    labels = [m.label for m in page.metric]
+    assert "K3 hybrid at 1 token" in labels and not any("1 tokens" in x for x in labels)
+    captions = " ".join(c.value for c in page.caption)
+    assert "0.0x" not in captions and f"1/{hybrid_1 / mla_1:,.0f} of the hybrid" in captions
+    page.select_slider(key="att_ctx").set_value(2 ** 20).run()
+    assert not page.exception

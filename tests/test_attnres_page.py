@@ -1,8 +1,11 @@
 """AppTest of the Attention Residuals page: link counts shown for L = 93 in both views, live counts
 beside the closed forms, the heatmap, the retrieval answer, memory, and bad link parameters."""
 import json
+import math
+from pathlib import Path
 
 import pytest
+
 from tests.conftest import markdown_tables, open_app_page, outside_code, vega_datasets
 
 PAGE = "views/attnres.py"
@@ -123,3 +126,87 @@ def test_the_count_table_says_how_many_ways_it_counts():
     table = markdown_tables(at)[0]
     assert at.expander[0].label.startswith("Counted three ways") and len(table) == 3
     assert table["Block"].nunique() == 1 and table["Full"].nunique() == 1       # the three counts agree
+
+
+# ---- issue 48 review: every statement checked against the K3 report (sec 2.2, Eq. 8-10) and the closed forms ----
+
+def by_hand_links(L: int, S: int | None, reads: int, output: bool) -> int:
+    """Links counted read by read (not with model.depth_counts): Full, read j of layer i sees the embedding and
+    the reads*i + j earlier outputs; Block, a read sees the embedding, the sealed blocks and the partial sum,
+    except a block's first read (before its seal), and the output read sees every block and the embedding."""
+    total = 0
+    for i in range(L):
+        for j in range(reads):
+            if S is None:
+                total += 1 + reads * i + j
+            else:
+                n = i // S                              # 0-based block of layer i
+                first = i % S == 0 and j == 0
+                total += n + 1 if first else n + 2
+    if output:
+        total += 1 + reads * L if S is None else math.ceil(L / S) + 1
+    return total
+
+
+def test_header_and_try_this_say_what_the_report_and_the_counts_say(page):
+    L, S = 93, 12
+    N = math.ceil(L / S)                                             # 8 blocks, the last one partial (sec 2.2)
+    text = " ".join(m.value for m in page.markdown) + " " + " ".join(c.value for c in page.caption)
+    # the weights are a softmax of a learned query against the sources, not learned weights (Eq. 8-9)
+    assert "learned softmax weights" not in text and "learned query" in text and "Eq. 8-10" in text
+    assert f"into {N} blocks" in text and f"only {N + 1} vectors" in text and f"instead of {2 * L + 1}" in text
+    try_this = next(c.value for c in page.caption if c.value.startswith("**Try this:**"))
+    # at block size 1 Block equals Full only counting one read per layer; it still keeps L + 1 vectors, not 2L + 1
+    assert by_hand_links(L, 1, 1, False) == by_hand_links(L, None, 1, False) == L * (L + 1) // 2
+    assert by_hand_links(L, 1, 2, True) < by_hand_links(L, None, 2, True)
+    assert f"{L + 1} vectors, not {2 * L + 1}" in try_this and "one read per layer" in try_this
+    assert "move between Full and plain residuals" not in try_this
+
+
+def test_the_four_attnres_ratios_are_named_by_what_they_count(page):
+    """Issue 45 item 10: 11.6, 20.8, 8.9 and 17.5 count layers, vectors and links (two ways)."""
+    L, S = 93, 12
+    N = math.ceil(L / S)
+    ratios = {"layers per block": L / N, "vectors kept alive per token": (2 * L + 1) / (N + 1),
+              "one read per layer": by_hand_links(L, None, 1, False) / by_hand_links(L, S, 1, False),
+              "two reads per layer": by_hand_links(L, None, 2, True) / by_hand_links(L, S, 2, True)}
+    assert [round(r, 1) for r in ratios.values()] == [11.6, 20.8, 8.9, 17.5]
+    captions = " ".join(c.value for c in page.caption)
+    for name, r in ratios.items():
+        assert name in captions and f"{r:.1f}" in captions, name
+    assert "Full / Block links" in metrics(page)                    # the metric names what it divides
+    assert "AttnRes paper's picture" not in captions and "Eq. 8-9" in captions
+
+
+def test_growth_sentence_follows_the_count_control():
+    at = open_page({"view": "two-reads"})
+    caption = next(c.value for c in at.caption if c.value.startswith("A link is one candidate"))
+    # two reads per layer and the output read: Full ~ 2 L^2 and Block ~ L^2 / S, by hand at L = 100 and 200
+    assert "2L²" in caption and "L²/S" in caption and "L²/2" not in caption
+    for L in (100, 200):
+        assert f"{by_hand_links(L, 12, 2, True):,} at L = {L}" in caption
+    import inspect
+
+    from model.attnres import link_count
+    source_file = Path(inspect.getsourcefile(link_count)).relative_to(Path(__file__).resolve().parent.parent)
+    assert f"Closed forms from {source_file.as_posix()}" in caption         # where link_count is defined
+    assert "bf16, this page's assumption" in caption                    # the report gives no precision for them
+
+
+def test_retrieval_heading_and_axis_follow_the_sliders():
+    """Issue 45 item 8: the heading names the chosen layers; before the FFN the reading layer's own attention
+    output is a source, and the axis spans it."""
+    at = open_page({"reader": "30", "source": "5", "module": "ffn"})
+    heads = [h.value for h in at.subheader]
+    assert "Can layer 30 retrieve what layer 5 computed?" in heads
+    assert "Can layer 50 retrieve what layer 12 computed?" not in heads
+    spec, data = charts(at)["attnres_retrieval"]
+    layers = data["weights"]["layer"]
+    assert layers.min() == 0 and layers.max() == 30                   # L30.attn feeds L30's FFN read
+    x = spec["layer"][2]["encoding"]["x"]
+    assert "0 .. 30" in x["title"] and x["scale"]["domain"][0] < 0 and x["scale"]["domain"][1] > 30
+    at.segmented_control(key="ar_module").set_value("attn").run()
+    spec, data = charts(at)["attnres_retrieval"]
+    assert data["weights"]["layer"].max() == 29 and "0 .. 29" in spec["layer"][2]["encoding"]["x"]["title"]
+    help_ = {m.label: m.proto.help for m in at.metric}["Block: weight reaching layer 5"]
+    assert help_.startswith("derived") and "heuristic" in help_        # the norm share is the app's, not the model's

@@ -7,8 +7,21 @@ import pandas as pd
 import pytest
 import torch
 
-from app.balance import (LABELS, METHODS, WEIGHT_SAMPLE, Scores, Setup, aux_loss_step, hist_check, metrics, noise_floor,
-                         quantile_balance, sign_story, simulate, weight_check)
+from app.balance import (
+    LABELS,
+    METHODS,
+    WEIGHT_SAMPLE,
+    Scores,
+    Setup,
+    aux_loss_step,
+    hist_check,
+    metrics,
+    noise_floor,
+    quantile_balance,
+    sign_story,
+    simulate,
+    weight_check,
+)
 from app.charts.balance import hist_error_spec, load_spec, steps_spec, weights_spec
 
 
@@ -114,7 +127,15 @@ def test_aux_loss_pushes_overloaded_experts_down():
 def test_sign_story_numbers(big):
     setup, runs = big
     story = sign_story(setup, runs["qb"], runs["sign"])
-    assert story.steps_needed == math.ceil(story.qb_max_abs_bias / 1e-3) > 100
+    # only differences between biases change a top-k: the sign rule must reach QB's spread (largest minus smallest
+    # bias), and each of its steps moves every bias by exactly gamma, so the spread grows by at most 2 gamma a step
+    qb_bias, sign_biases = runs["qb"].biases[-1], runs["sign"].biases
+    assert story.qb_spread == pytest.approx(float(qb_bias.max() - qb_bias.min()))
+    assert story.steps_needed == math.ceil(story.qb_spread / 2e-3) > 100
+    assert story.steps_needed < math.ceil(story.qb_max_abs_bias / 1e-3)           # the old bound overstated it
+    for t, b in enumerate(sign_biases):
+        assert np.ptp(b) <= 2e-3 * t + 1e-6
+    assert story.sign_spread == pytest.approx(float(np.ptp(sign_biases[-1])))
     assert story.sign_max_abs_bias <= setup.steps * 1e-3 + 1e-6
     assert story.target == pytest.approx(8192 * 16 / 896)
 

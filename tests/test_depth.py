@@ -7,8 +7,19 @@ import pytest
 import torch
 
 from app.charts.depth import depth_heatmap_spec, links_spec, retrieval_spec, vectors_spec
-from app.depth import (VIEWS, bookkeeping_links, boundary_rows, count_table, depth_matrix, depth_memory,
-                       full_variant, link_series, retrieval, source_members, vectors_by_block_size)
+from app.depth import (
+    VIEWS,
+    bookkeeping_links,
+    boundary_rows,
+    count_table,
+    depth_matrix,
+    depth_memory,
+    full_variant,
+    link_series,
+    retrieval,
+    source_members,
+    vectors_by_block_size,
+)
 from model.config import K3Config
 from model.k3 import K3Model
 

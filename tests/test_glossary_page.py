@@ -2,7 +2,8 @@
 search box follows ?q= and writes it back, ?term=<slug> puts one term first, bad links get a notice."""
 from app.glossary import TERMS, by_slug, search
 from tests.conftest import outside_code
-from tests.test_precision_pages import open_page as _open, param
+from tests.test_precision_pages import open_page as _open
+from tests.test_precision_pages import param
 
 PAGE = "views/glossary.py"
 

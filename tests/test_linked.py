@@ -3,13 +3,12 @@ both selections and the filters that use them, and its data must be the layer's 
 import json
 
 import numpy as np
+import torch
 
 from app import routing as rt
 from app.charts.linked import linked_figure, token_labels
 from model.config import K3Config
 from model.k3 import K3Model
-
-import torch
 
 
 def _walk(node):

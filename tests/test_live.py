@@ -1,6 +1,5 @@
 """Prompt validation and the shared live model (no Streamlit runtime needed for these)."""
 import pytest
-
 import torch
 
 from app import live
@@ -54,9 +53,8 @@ def test_no_full_collection_of_the_long_lived_heap_after_a_run():
     that scan is ~0.2 s during which no session is answered. The app turns it off and, once the model is
     loaded, freezes the long-lived objects so the collector's own full passes skip them."""
     import gc
-    from pathlib import Path
-
     import tomllib
+    from pathlib import Path
     conf = tomllib.loads((Path(__file__).resolve().parents[1] / ".streamlit" / "config.toml").read_text())
     assert conf["runner"]["postScriptGC"] is False
     lv = live.live()
@@ -79,8 +77,6 @@ def _wait(cond, seconds=60.0):
 
 
 def test_idle_prefetch_computes_the_nudge_ahead_and_resume_hands_it_over():
-    import time
-    from app import routing as rt
     lv = live.live()
     ids = tuple(lv.tokenizer.encode(PRESETS["Numbers"]))
     pf = live._prefetcher
@@ -94,6 +90,7 @@ def test_idle_prefetch_computes_the_nudge_ahead_and_resume_hands_it_over():
 
 def _prefetch_checks(lv, ids, pf):
     import time
+
     from app import routing as rt
     settings = rt.Rerouting()
     layer = 60
@@ -151,6 +148,7 @@ def test_neighbours_are_one_nudge_away():
 
 def test_derived_values_are_computed_once_per_run_and_go_with_it():
     import gc
+
     from app import live
 
     class Run:                                    # stands for a K3Output: any object the caches hand out again

@@ -21,7 +21,6 @@ import pytest
 # moment (the app's idle flag alone comes before the browser has drawn a warm page): see the bench.
 from bench.load_test import ROUTING_DRAWN_JS, SETTLED_JS, STILL_JS, WATCH_RUNS
 
-
 TIMEOUT = 300_000                     # ms: a cold server on a busy 2-core machine
 SESSIONS = (          # prompt (with a unique marker word), layer, top-k, token (the marker's digits)
     ("The router zebra01 sends every token to a few experts.", 5, 4, 8),

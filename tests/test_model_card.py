@@ -1,11 +1,11 @@
 """The Model card's data: the config table and the training log it plots."""
+import numpy as np
 import pandas as pd
 import pytest
 
 from app.charts.model_card import bias_spec, training_spec
 from app.model_card import config_table
 from model.evaluate import CLASSES, char_class, mutual_information, unigram_cross_entropy
-import numpy as np
 
 
 def test_config_table_keeps_counts_and_marks_shrunk_widths():
@@ -72,6 +72,7 @@ def test_top_next_is_the_softmax_top_five_and_the_table_shows_it():
     # top_next against the logits computed here by a separate forward: the same 5 tokens, their
     # softmax probabilities, most likely first; the card's table makes spaces and newlines visible.
     import torch
+
     from app.model_card import next_token_table
     from model.config import K3Config
     from model.evaluate import top_next
@@ -97,6 +98,7 @@ def test_top_next_is_the_softmax_top_five_and_the_table_shows_it():
 def test_cross_entropy_on_windows_against_a_loop_over_tokens():
     # model.evaluate's batched windows against log-softmax picked token by token, window by window
     import torch
+
     from model.config import K3Config
     from model.evaluate import CHUNK, cross_entropy_on_windows, window_starts
     from model.k3 import K3Model
@@ -178,7 +180,8 @@ def test_training_phases_tell_a_continued_run_phase_by_phase():
     text = training_phases({"phases": [first, second, third]})
     assert text.startswith("three phases.") and text.count("`--init-from` continued") == 2
     assert "for 200 steps (peak learning rate 0.001, the routers' learning rate 10 times that, seed 3" in text
-    assert "on the same text: validation loss 3.67 → 3.66" in text and "learning rate 10 times" not in text[:text.index("200 steps")]
+    assert "on the same text: validation loss 3.67 → 3.66" in text
+    assert "learning rate 10 times" not in text[:text.index("200 steps")]
     # same form, but a corpus rebuilt from another revision of the documentation package: not "the same text"
     rebuilt = training_phases({"phases": [first, second, third | {"corpus_fingerprint": "2c378d41027df539"}]})
     assert "on the same text" not in rebuilt and "rebuilt from the Debian documentation package" in rebuilt
@@ -198,6 +201,7 @@ def test_training_phases_tell_a_continued_run_phase_by_phase():
 
 def test_card_page_draws_its_training_charts_with_vega():
     import json
+
     from app.model_card import load_json, train_log
     from tests.conftest import open_app_page, vega_datasets
     at = open_app_page("views/model_card.py")

@@ -9,9 +9,18 @@ import torch
 
 from model import accounting
 from model.config import K3Config
-from model.moe import (LatentMoE, QuantileHistogram, RoutingOverride, StepQuantile, expert_load,
-                       grouped_topk, quantile_balance,
-                       quantile_balance_hist, route, sign_rule_update)
+from model.moe import (
+    LatentMoE,
+    QuantileHistogram,
+    RoutingOverride,
+    StepQuantile,
+    expert_load,
+    grouped_topk,
+    quantile_balance,
+    quantile_balance_hist,
+    route,
+    sign_rule_update,
+)
 from model.quant import mx_fake_quant
 
 MICRO = K3Config.micro()

@@ -5,9 +5,8 @@ import json
 
 import numpy as np
 import pytest
+
 from tests.conftest import markdown_tables, open_app_page, outside_code, vega_datasets
-
-
 
 open_page = open_app_page
 
@@ -129,3 +128,29 @@ def test_parallel_page_bad_link():
     assert "5" in notes and "64" in notes
     assert at.select_slider(key="ep_g").value == 4                     # nearest divisor of 896
     assert at.select_slider(key="ep_run_g").value == 8
+
+
+# ---- issue 48 review: what the Load balancing lab and MoE vs Mixture of Agents pages render --------------------
+
+def test_balance_page_renders_its_reviewed_text():
+    at = open_page("views/balance.py", {"m": "1024", "steps": "4", "n": "16", "k": "20"})
+    captions = " ".join(c.value for c in at.caption)
+    assert "from 1,000 bins" in captions and "1000 bins" not in captions          # the default 1,000 bins
+    assert "Exact QB ends at" in captions and "lands a little above" not in captions
+    table = markdown_tables(at)[0].set_index("method")
+    assert table.loc["Auxiliary loss", "parameter"] == "α = 1,000"
+    notes = " ".join(i.value for i in at.info)
+    assert "more than the 16 experts there are" in notes and "leaves nothing to balance" not in notes   # k > n
+
+
+def test_moa_page_caption_follows_the_match_toggle():
+    at = open_page("views/moa.py", {"match": "0", "size": "100", "n": "4"})
+    caption = next(c.value for c in at.caption if c.value.startswith("For a "))
+    # 4 agents of 100B hold 400B, not K3's 2,779.5B: the old caption said "the same parameter count" regardless
+    assert "the same parameter count" not in caption and "400B parameters against K3's 2,779.5B" in caption
+    assert "(0.14x K3's)" in " ".join(c.value for c in at.caption)          # 400 / 2,779.5, no "0.1x"
+    at = open_page("views/moa.py", {"n": "1", "size": "39", "match": "0", "prec": "mxfp4"})
+    shown = markdown_tables(at)[0].set_index("cost")["MoA / K3"]
+    assert shown["Weight memory"].startswith("1/") and not any(v.startswith("0.0") for v in shown)
+    caption = next(c.value for c in at.caption if c.value.startswith("For a "))
+    assert "aggregator" not in caption                                         # N = 1: a single dense model

@@ -92,7 +92,9 @@ def test_text_helpers():
 
 def test_markdown_table_keeps_its_columns_and_makes_cells_inert():
     import re
+
     import pandas as pd
+
     from app.text import md_table
     df = pd.DataFrame({"token": ["a|b", "<script>x</script>", "**bold** `c`", "", "&lt;"], "p": ["0.5"] * 5})
     long = " ".join(["a sentence of the comparison"] * 20)                    # ~580 characters: shown whole
@@ -117,7 +119,9 @@ def test_every_headline_card_keeps_its_row_height():
 
 def test_table_cells_are_written_as_the_page_asks_and_read_back():
     import math
+
     import pandas as pd
+
     from app.text import cell_text, md_table, text_table
     from tests.conftest import markdown_table
     assert cell_text(None) == cell_text(math.nan) == "–" and cell_text(True) == "yes" and cell_text(False) == "no"

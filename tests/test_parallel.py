@@ -5,13 +5,22 @@ import pytest
 import torch
 
 from app.charts.parallel import bytes_spec, fanout_spec, rank_bytes_spec, shard_load_spec, traffic_spec
-from app.parallel import (DIVISORS, RUNNABLE, bytes_table, expected_fanout, fanout, run_layer, shard_of, shard_pairs,
-                          shard_tokens, traffic)
+from app.parallel import (
+    DIVISORS,
+    RUNNABLE,
+    bytes_table,
+    expected_fanout,
+    fanout,
+    run_layer,
+    shard_of,
+    shard_pairs,
+    shard_tokens,
+    traffic,
+)
 from model.config import K3Config
 from model.k3 import K3Model
 from model.moe import LatentMoE
-from model.parallel import (LaunchError, launch_local, load_full_layer, load_shard, shard_bounds, token_owner,
-                            write_problem)
+from model.parallel import LaunchError, launch_local, load_full_layer, load_shard, shard_bounds, token_owner, write_problem
 
 
 def test_divisors_and_shards():

@@ -6,7 +6,6 @@ import json
 from tests.conftest import markdown_tables, open_app_page, outside_code
 
 
-
 def open_page(path, params=None):
     return open_app_page(path, params, allow_errors=False)
 

@@ -38,6 +38,7 @@ def test_stacked_panels_that_stretch_grow_each():
 
 def test_presenter_mode_still_shows_the_prompt_its_text_box_hides():
     from streamlit.testing.v1 import AppTest
+
     from app.ui import K_PRESENT, VERBATIM
     from tests.conftest import ROOT
     at = AppTest.from_file(str(ROOT / "streamlit_app.py"), default_timeout=600).run()

@@ -17,7 +17,6 @@ from app import state
 from app.text import clean_text, code_span
 from tests.conftest import ROOT, open_app_page
 
-
 # ---- one place cleans text: lone surrogates, control characters, length --------------------------------
 
 def test_clean_text_mends_half_characters_and_says_so():
@@ -196,11 +195,19 @@ def test_a_truncated_tokenizer_says_the_live_model_is_unavailable(tmp_path):
 def test_the_balancing_lab_caps_a_run_by_its_cost_not_only_by_its_ranges():
     """`/balance?n=896&k=32&m=16384&steps=30&bins=3000&skew=3` is legal range by range and took 133-210 s
     of server time; the number of steps is now capped so that tokens x experts x steps stays in the budget."""
-    from app.balance import MAX_STEPS, SCORE_BUDGET, Setup, steps_within_budget
+    import ast
+    from types import SimpleNamespace
+
+    from app.balance import MAX_STEPS, MAX_TOKENS, SCORE_BUDGET, Setup, steps_within_budget
+    tree = ast.parse((ROOT / "views" / "balance.py").read_text(encoding="utf-8"))
+    balance_view = SimpleNamespace(**{t.id: ast.literal_eval(node.value) for node in tree.body
+                                      if isinstance(node, ast.Assign) for t in node.targets
+                                      if isinstance(t, ast.Name) and t.id in ("TOKENS", "EXPERTS")})
     default = Setup()
     assert steps_within_budget(default.tokens, default.n_experts) >= default.steps      # the default view runs whole
-    assert steps_within_budget(16384, 896) * 16384 * 896 <= SCORE_BUDGET < 30 * 16384 * 896
-    for tokens in (1024, 2048, 4096, 8192, 16384):                                       # the lab's options
-        for n in (16, 32, 64, 128, 256, 384, 512, 768, 896):
+    assert steps_within_budget(MAX_TOKENS, 896) * MAX_TOKENS * 896 <= SCORE_BUDGET < 30 * MAX_TOKENS * 896
+    assert max(balance_view.TOKENS) == MAX_TOKENS < 16384                              # the link's 16,384 is gone
+    for tokens in balance_view.TOKENS:                                                   # the lab's options
+        for n in balance_view.EXPERTS:
             steps = steps_within_budget(tokens, n)
             assert 1 <= steps <= MAX_STEPS and (steps * tokens * n <= SCORE_BUDGET or steps == 1)

@@ -9,8 +9,17 @@ import pytest
 import torch
 
 from app import routing as rt
-from app.charts.routing import (CHANGED_SERIES, PREDICTION_PANELS, changed_spec, fingerprint_image,
-                                fingerprint_spec, fingerprint_table, grid_chosen, grid_spec, predictions_spec)
+from app.charts.routing import (
+    CHANGED_SERIES,
+    PREDICTION_PANELS,
+    changed_spec,
+    fingerprint_image,
+    fingerprint_spec,
+    fingerprint_table,
+    grid_chosen,
+    grid_spec,
+    predictions_spec,
+)
 from model.accounting import count_params
 from model.config import K3Config
 from model.k3 import K3Model, K3Output, RoutingOverride, Trace

@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 from streamlit.testing.v1 import AppTest
+
 from tests.conftest import outside_code, vega_datasets
 
 ROOT = Path(__file__).resolve().parent.parent

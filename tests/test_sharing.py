@@ -2,10 +2,9 @@
 mode is a link flag, each chart offers its data, and the guided tour leads from page to page."""
 import pytest
 
-from tests.conftest import outside_code
-
 from app.navigation import PAGES
 from app.tour import TOUR, next_stop
+from tests.conftest import outside_code
 from tests.test_precision_pages import open_page, param
 
 PROMPT_PAGES = ["views/routing.py", "views/attention.py", "views/parallel.py", "views/situ.py"]
@@ -72,6 +71,7 @@ def test_the_link_box_script_survives_the_html_sanitiser():
     # DOMPurify (Streamlit's st.html) drops a <script> whose text holds "<" before a letter or "/": the box
     # then stayed empty. The script builds such strings from a character code instead.
     import re
+
     from app.ui import SHARE_HTML
     script = SHARE_HTML.split("<script>", 1)[1].rsplit("</script>", 1)[0]
     assert not re.search(r"<[/\w]", script)

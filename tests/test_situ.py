@@ -6,11 +6,35 @@ import numpy as np
 import pytest
 import torch
 
-from app.charts.situ import (chain_spec, derivative_spec, factors_spec, grid_spec, grid_table, histogram_bins,
-                             histogram_spec, level_curves, output_spec, output_window)
-from app.situ import (CAP, FP8_MAX, NAMES, chain_summary, chain_weights, curves, expert_activations, ffn_input,
-                      grid2d, hidden_values, recombine, routed_chain, situ_gate_factor, situ_up_factor,
-                      swiglu_crossings)
+from app.charts.situ import (
+    chain_spec,
+    derivative_spec,
+    factors_spec,
+    grid_spec,
+    grid_table,
+    histogram_bins,
+    histogram_spec,
+    level_curves,
+    output_spec,
+    output_window,
+)
+from app.situ import (
+    CAP,
+    FP8_MAX,
+    NAMES,
+    chain_summary,
+    chain_weights,
+    curves,
+    expert_activations,
+    ffn_input,
+    grid2d,
+    hidden_values,
+    recombine,
+    routed_chain,
+    situ_gate_factor,
+    situ_up_factor,
+    swiglu_crossings,
+)
 from model.activations import situ_glu
 from model.config import K3Config
 from model.k3 import K3Model
@@ -194,6 +218,7 @@ def test_grid_shows_the_bound():
 def png(url: str) -> np.ndarray:
     import base64
     import io
+
     from PIL import Image
     assert url.startswith("data:image/png;base64,")
     return np.asarray(Image.open(io.BytesIO(base64.b64decode(url.split(",", 1)[1]))).convert("RGB"))
@@ -337,6 +362,7 @@ def test_chain_chart_marks_values_that_reach_zero():
 
 def test_summary_tables_for_the_page():
     import pandas as pd
+
     from app.text import text_table
     rows = [{"layer": layer, "variant": v, "activation": "swiglu", "norm": v == "b",
              "max_h": math.inf if (v, layer) == ("a", 3) else 10.0 ** layer, "rms_out": 1.0}
@@ -364,6 +390,7 @@ def test_a_line_drawn_on_a_reference_line_is_named_by_its_label():
     # a variant held at the cap (100) is drawn on the cap's own line: the cap's label must say so, sit
     # under the line, and be drawn over the variants' lines (with a halo of the page's colour)
     import pandas as pd
+
     from app.charts.situ import runs_along
     rows = []
     for a, norm, level in (("swiglu", False, 5.0), ("swiglu", True, 300.0), ("situ_glu", False, 99.0),

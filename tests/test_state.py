@@ -9,7 +9,6 @@ import pytest
 from app import state
 from tests.conftest import open_app_page
 
-
 # ---- parsing a link value: clamp, ignore, say so --------------------------------------------------------
 
 def test_int_clamps_out_of_range_and_ignores_junk():

@@ -78,7 +78,9 @@ def test_first_format_is_refused_and_upgraded(tmp_path, tok):
     # here by hand: the loader refuses it with the fix in the message; upgrade_v1 rewrites it with each
     # expert [out, in], blocked along the input dimension, from the decoded old values.
     import json
+
     from safetensors.torch import save_file
+
     from model.checkpoint import FORMAT, pack_state, sha256, upgrade_v1
     from model.quant import pack_mxfp4, unpack_mxfp4
     torch.manual_seed(1)

@@ -4,8 +4,28 @@ import streamlit as st
 
 from app import live as lv_mod
 from app import state, ui
-from app.attention import (CONTEXTS, cached_decode_counts, cached_spec, cached_trajectory, compression_planes,
-                           crossovers, designs, mla_cache_rows)
+from app.attention import (
+    CONTEXTS,
+    cache_caption,
+    cached_decode_counts,
+    cached_spec,
+    cached_trajectory,
+    compression_planes,
+    decode_caption,
+    decode_heading,
+    decode_spinner,
+    designs,
+    lead,
+    memory_caption,
+    memory_note,
+    metric_caption,
+    metric_label,
+    mla_cache_rows,
+    mla_measured_caption,
+    stack_alt,
+    stack_caption,
+    state_caption,
+)
 from app.charts.attention import cache_spec, state_spec
 from app.text import fmt_bytes, fmt_int, fmt_tokens, token_text
 from model import memory
@@ -13,6 +33,7 @@ from model.config import K3Config
 
 full = K3Config.full()
 tiny = K3Config.tiny()
+DECODE_STEPS = 3
 KDA_LAYERS = [i for i, t in enumerate(tiny.layer_types) if t == "kda"]
 MLA_LAYERS = [i for i, t in enumerate(tiny.layer_types) if t == "mla"]
 view = state.page(
@@ -26,19 +47,13 @@ view = state.page(
 )
 ui.page_header(
     "Hybrid attention & memory",
-    f"Kimi K3 gives **{full.n_kda} of its {full.num_layers} layers** a fixed-size memory (Kimi Delta Attention) and "
-    f"only **{full.n_mla}** a cache that grows with the text (gated MLA, itself compressed to "
-    f"{memory.mla_values_per_token(full)} values per token), which is how a million-token context fits.",
+    lead(full),
     "move the token slider and watch the KDA state change while its size stays put, and the MLA cache "
     "grow by one row per token.",
 )
 
 st.subheader("The 3:1 stack")
-ui.vega_chart(cached_spec("stack", st.context.theme.type),
-              f"Read down each column: three Kimi Delta Attention layers, then one gated MLA layer, {full.n_mla - 1} "
-              f"times, plus a final MLA ({full.n_kda} KDA + {full.n_mla} MLA = {full.num_layers}, from the config). "
-              "Hover a square for what that layer keeps between tokens at K3 scale.",
-              alt="Grid of K3's 93 layers, 24 columns of four: three KDA layers then one MLA layer per column.",
+ui.vega_chart(cached_spec("stack", st.context.theme.type), stack_caption(full), alt=stack_alt(full),
               key="att_stack")
 
 # ---- live: state vs cache --------------------------------------------------------------------------
@@ -70,9 +85,7 @@ def live_section() -> None:
         with left:
             ui.vega_chart(state_spec(states[token - 1], zmax, f"KDA layer {kda_layer}, head {head}: state after "
                                      f"token {token}"),
-                          f"{cfg.kda_head_dim} x {cfg.kda_head_dim} = {cfg.kda_head_dim ** 2} values after token 1 and after "
-                          f"token {T}: each token decays the rows (forgets) and writes a correction (delta rule). "
-                          "One colour scale for every token, so colours compare across the slider.",
+                          state_caption(cfg, token),
                           alt="Heatmap of one KDA head's key-by-value state matrix after the chosen token.", key="att_state")
             kda_numel = out.cache.layers[kda_layer].numel()
             st.caption(f"Whole layer, measured from its cache object: **{fmt_int(kda_numel)} values** "
@@ -83,25 +96,19 @@ def live_section() -> None:
         with right:
             ui.vega_chart(cache_spec(rows, token, cfg.kv_lora_rank, list(prompt.pieces),
                                      f"MLA layer {mla_layer}: latent cache after token {token}", st.context.theme.type),
-                          f"One row of {rows.shape[1]} values per token ({cfg.kv_lora_rank} latent + {cfg.qk_rope_dim} "
-                          f"rope-slice); {token} rows so far, {rows.shape[1] * token} values. At K3 scale a row is "
-                          f"{memory.mla_values_per_token(full)} values.",
+                          cache_caption(cfg, full, token),
                           alt="Heatmap of an MLA layer's latent cache, one row per token read so far.", key="att_cache")
-            st.caption(f"Measured from the cache object after the whole prompt: **{fmt_int(out.cache.layers[mla_layer].numel())} "
-                       f"values** = {T} tokens x {memory.mla_values_per_token(cfg)}.")
+            st.caption(mla_measured_caption(cfg, out.cache.layers[mla_layer].numel(), T))
 
-        st.markdown("**Measured: the live model's caches after the prefill and three decode steps**")
-        with st.spinner("Decoding three tokens with all 93 layers…"):
-            counts, new_ids = cached_decode_counts(prompt.ids)
+        st.markdown(decode_heading(DECODE_STEPS))
+        with st.spinner(decode_spinner(cfg, DECODE_STEPS)):
+            counts, new_ids = cached_decode_counts(prompt.ids, DECODE_STEPS)
         names = {"KDA values (measured)": "KDA measured", "KDA values (accounting)": "KDA accounting",
                  "MLA values (measured)": "MLA measured", "MLA values (accounting)": "MLA accounting",
                  "seconds": "step (s)", "matches": "equal"}
         ui.table(counts.rename(columns=names), {name: ",d" for name in list(names.values())[:4]} | {"step (s)": ".2f"})
-        st.caption(f"Every value is `numel()` of the real cache objects (K3Cache), beside the accounting of "
-                   f"model/memory.py for that many tokens. The {cfg.n_kda} KDA caches stay at "
-                   f"{fmt_int(counts['KDA values (measured)'].iloc[0])} values; the {cfg.n_mla} MLA caches grow by "
-                   f"{cfg.n_mla} x {memory.mla_values_per_token(cfg)} = {cfg.n_mla * memory.mla_values_per_token(cfg)} "
-                   "values per token. The greedy decode continued the prompt with: "
+        st.caption(decode_caption(cfg, int(counts["KDA values (measured)"].iloc[0]))
+                   + " The greedy decode continued the prompt with: "
                    + " ".join(f"`{token_text(p)}`" for p in lv.tokenizer.pieces(new_ids)))
 
 live_section()
@@ -114,25 +121,16 @@ def memory_section() -> None:
     context = view.draw(c1.select_slider, "ctx", "Context length (tokens)", CONTEXTS, format_func=fmt_tokens)
     batch = view.draw(c2.slider, "batch", "Batch (sequences decoded together)", 1, 256)
     laws = designs(full)
-    cross = crossovers(full, batch)
-    ui.vega_chart(cached_spec("memory", st.context.theme.type, context, batch),
-                  "Cache bytes (bf16) that must stay in memory to decode the next token, computed by the accounting "
-                  "that the tests check against the live model's cache objects. The hybrid starts above zero (its "
-                  f"{full.n_kda} fixed KDA states) and then grows {full.num_layers / full.n_mla:.1f}x slower than all-MLA (only "
-                  f"{full.n_mla} of {full.num_layers} layers cache); it is smaller from "
-                  + " and ".join(f"{r.tokens:,.0f} tokens against {r.versus}" for r in cross.itertuples())
-                  + ". Batch scales every line alike, so the crossovers do not move.",
+    ui.vega_chart(cached_spec("memory", st.context.theme.type, context, batch), memory_caption(full, batch),
                   alt="Log-log chart of decode-cache bytes against context length for K3's hybrid, all-MLA and all-MHA.",
                   key="att_memory")
     for col, (name, law) in zip(st.columns(3), laws.items()):
         b = law.nbytes(context, batch)
-        col.metric(f"{name} at {fmt_tokens(context)} tokens", fmt_bytes(b),
+        col.metric(metric_label(name, context), fmt_bytes(b),
                    help=f"computed: {batch} x ({fmt_int(law.fixed)} fixed + {fmt_int(law.per_token)} per token x "
                         f"{fmt_int(context)}) values x 2 bytes")
-        col.caption(f"{b / laws['K3 hybrid'].nbytes(context, batch):,.1f}x the hybrid" if name != "K3 hybrid"
-                    else f"{fmt_int(batch * law.fixed)} fixed + {fmt_int(batch * law.per_token * context)} growing values")
-    st.caption("Computed from K3's published config (bf16, 2 bytes per value). A KDA state kept in fp32, as some "
-               "implementations do, doubles the fixed part only. Weights and activations are not included.")
+        col.caption(metric_caption(name, context, batch, full))
+    st.caption(memory_note(full))
 
 memory_section()
 

@@ -3,11 +3,22 @@ import streamlit as st
 
 from app import live as lv_mod
 from app import state, ui
-from app.text import fmt_bytes, token_text
 from app.charts.depth import depth_heatmap_spec, retrieval_spec
-from app.depth import (VIEWS, affordability_note, boundary_rows, cached_spec, count_table, depth_matrix,
-                       depth_memory, full_forward, growth_note, link_series, retrieval)
-from app.text import fmt_int
+from app.depth import (
+    VIEWS,
+    affordability_note,
+    boundary_rows,
+    cached_spec,
+    count_table,
+    depth_matrix,
+    depth_memory,
+    full_forward,
+    growth_note,
+    link_series,
+    ratios_note,
+    retrieval,
+)
+from app.text import fmt_bytes, fmt_int, token_text
 from model.attnres import block_sizes, vectors_alive
 from model.config import K3Config
 
@@ -25,12 +36,15 @@ view = state.page(
 )
 ui.page_header(
     "Attention Residuals",
-    "K3 has no `h + f(h)`: before every module, a token **attends over depth**, mixing earlier layers' "
-    f"outputs with learned softmax weights; Block AttnRes groups the {L} layers into {len(full.attnres_blocks)} "
-    f"blocks so that only {vectors_alive(L, full.attnres_block_size)} vectors per token stay alive instead of "
-    f"{vectors_alive(L, None)}.",
-    "drag the block size to 1 and to 93 and watch the link count and memory move between Full and plain "
-    "residuals; then pick a later layer and see how much it still reads from layer 12.",
+    "K3 has no `h + f(h)`: before every module, a token **attends over depth**, mixing earlier outputs by a "
+    "softmax of a learned query against them (K3 report Eq. 8-10, sec 2.2); Block AttnRes sums the layers of a "
+    f"block and groups the {L} layers into {len(full.attnres_blocks)} blocks of up to {full.attnres_block_size}, "
+    f"so that only {vectors_alive(L, full.attnres_block_size)} vectors per token stay alive instead of "
+    f"{vectors_alive(L, None)} (computed).",
+    f"drag the block size to 1: counting one read per layer, Block's links equal Full's, yet it keeps "
+    f"{vectors_alive(L, 1)} vectors, not {vectors_alive(L, None)}, since a one-layer block still sums its attention "
+    f"and FFN outputs; then drag it to {L}, one block, where every read after the first chooses only between the "
+    "embedding and the running sum; then move the reading layer below and see how much it still reads from an early layer.",
 )
 
 # ---- link counts -----------------------------------------------------------------------------------
@@ -40,7 +54,8 @@ count_view = view.draw(c1.segmented_control, "view", "Count", list(VIEWS), forma
 bs = view.draw(c2.slider, "bs", "Block size (layers per block)", 1, L)
 series = link_series(bs, count_view)
 ui.vega_chart(cached_spec("links", bs, count_view, L, theme_type=st.context.theme.type),
-              "A link is one candidate source in one read. " + growth_note(bs) + " Closed forms from model/attnres.py. "
+              "A link is one candidate source in one read. " + growth_note(bs, count_view)
+              + " Closed forms from model/depth_counts.py. "
               + affordability_note(full),
               alt="Log-log chart of AttnRes links per token against depth for Full and Block AttnRes, L = 93 marked.",
               key="ar_links")
@@ -49,13 +64,16 @@ m1, m2, m3 = st.columns(3)
 m1.metric(f"Full AttnRes at L = {L}", fmt_int(int(at93["Full"])), help="computed: closed form")
 m2.metric(f"Block AttnRes at L = {L}", fmt_int(int(at93["Block"])),
           help=f"computed: closed form, blocks {block_sizes(L, bs)}")
-m3.metric("Full / Block", f"{at93['Full'] / at93['Block']:.1f}x", help="derived: ratio of the two counts")
+m3.metric("Full / Block links", f"{at93['Full'] / at93['Block']:.1f}x",
+          help="derived: the ratio of the two link counts, not of layers per block or of vectors kept (see below)")
 
 st.caption(f"The three numbers above count {VIEWS[count_view]['label']}, as the Count control is set; switch it "
            "to see the other count. Computed per token, every read counted (a read with one candidate is one link). "
-           + ("One read per layer is the AttnRes paper's picture (one module per layer)." if count_view == "per-layer" else
-              "K3 runs two reads per layer (before attention, before the FFN) plus one before the LM head: "
-              f"{2 * L + 1} reads in all."))
+           + ("One read per layer counts as K3 report Eq. 8-9 are written (one output f_i per layer)."
+              if count_view == "per-layer" else
+              "K3 runs two reads per layer (before attention, before the FFN, as the report's Fig. 2 draws them) plus "
+              f"one before the LM head: {2 * L + 1} reads in all.")
+           + " " + ratios_note(full))
 counts_box = st.container()      # filled below: the live counts need the prompt, which sits further down
 lv = lv_mod.live()
 prompt_box = st.container()
@@ -116,8 +134,10 @@ with prompt_box:
 # ---- retrieval -------------------------------------------------------------------------------------
 @st.fragment
 def retrieval_section() -> None:
-    st.subheader("Can layer 50 retrieve what layer 12 computed?")
+    heading = st.empty()                     # filled once the sliders below are read: it names their layers
     if prompt is None:
+        reader, source = view["reader"], view["source"]
+        heading.subheader(f"Can layer {reader} retrieve what layer {min(source, reader - 1)} computed?")
         st.info("Type a prompt above to ask the live model.", icon=":material/edit_note:")
     else:
         c1, c2, c3 = st.columns([5, 5, 4])
@@ -126,14 +146,19 @@ def retrieval_section() -> None:
         module = view.draw(c3.segmented_control, "module", "Read", ["attn", "ffn"],
                            format_func={"attn": "before attention", "ffn": "before FFN"}.get)
         if source >= reader:
-            st.info(f"Layer {reader} cannot read layer {source}: it runs later. Showing layer {reader - 1}, the last "
-                    f"one before it.", icon=":material/info:")
+            why = "it is the reading layer itself" if source == reader else "it runs later"
+            st.info(f"Layer {reader} cannot read layer {source} as an earlier layer: {why}. Showing layer "
+                    f"{reader - 1}, the last one before it.", icon=":material/info:")
             source = reader - 1
+        heading.subheader(f"Can layer {reader} retrieve what layer {source} computed?")
         read = f"L{reader}.{module}"
         profiles = {"Full": retrieval(out_full, read, token - 1), "Block": retrieval(out_block, read, token - 1)}
         ui.vega_chart(retrieval_spec(profiles, source, reader, st.context.theme.type),
                       f"How much of each earlier layer's output the read before layer {reader}'s "
-                      f"{'attention' if module == 'attn' else 'FFN'} mixes in, for token {token}. Full: the softmax weights "
+                      f"{'attention' if module == 'attn' else 'FFN'} mixes in, for token {token}"
+                      + ("" if module == "attn" else
+                         f" (before the FFN, layer {reader}'s own attention output is a source too, drawn at {reader})")
+                      + ". Full: the softmax weights "
                       "of that layer's two outputs, read with the live model's queries, which were trained for Block sources. "
                       "Block: the weight of the source that holds the layer, times the layer's share of that source. That "
                       "share (its module-output norms over all the norms summed in the source) is this app's own heuristic, "
@@ -153,7 +178,8 @@ def retrieval_section() -> None:
                        "sources, not what a model trained with Full AttnRes would read.")
         with c2.container(border=True):
             st.metric(f"Block: weight reaching layer {source}", f"{b_row['weight']:.4f}",
-                      help="computed: source weight x share")
+                      help="derived: the source's softmax weight (computed by the model) x the layer's norm share "
+                           "(this app's heuristic, not the model's)")
             st.caption(f"Layer {source} sits in **{b_row['source']}**, which gets weight {b_row['source weight']:.4f}; "
                        f"layer {source} is {b_row['share']:.1%} of it by this app's norm-share heuristic (its output "
                        "norms over all the norms summed there; the model computes no such split). The read cannot separate layer "
@@ -174,7 +200,7 @@ k3_mem = depth_memory(L, bs, full.d_model).set_index("design")
 live_mem = depth_memory(L, bs, lv.model.cfg.d_model, bytes_per_value=4).set_index("design")
 c1, c2 = st.columns(2)
 with c1.container(border=True):
-    st.markdown(f"**K3 scale** (d = {fmt_int(full.d_model)}, bf16)")
+    st.markdown(f"**K3 scale** (d = {fmt_int(full.d_model)}, bf16: this page's assumption)")
     for name in ("Full", "Block"):
         r = k3_mem.loc[name]
         st.metric(f"{name}, K3 scale: per token", fmt_bytes(r["bytes"]),

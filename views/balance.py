@@ -3,15 +3,36 @@ import pandas as pd
 import streamlit as st
 
 from app import state, ui
-from app.balance import (DEFAULT_AUX, DEFAULT_GAMMA, DEFAULT_LAYER, DEFAULT_SOURCE, LABELS, METHODS, SCORE_BUDGET,
-                         SOURCES, WEIGHT_SAMPLE, Setup, cached_hist_check, cached_noise_floor, cached_runs,
-                         cached_sign_story, cached_weight_check, goal_note, live_pool, metrics, sign_rule_details,
-                         sign_rule_intuition, steps_to, steps_within_budget)
+from app.balance import (
+    DEFAULT_AUX,
+    DEFAULT_GAMMA,
+    DEFAULT_LAYER,
+    DEFAULT_SOURCE,
+    LABELS,
+    METHODS,
+    SCORE_BUDGET,
+    SOURCES,
+    WEIGHT_SAMPLE,
+    Setup,
+    cached_hist_check,
+    cached_noise_floor,
+    cached_runs,
+    cached_sign_story,
+    cached_weight_check,
+    goal_note,
+    live_pool,
+    metrics,
+    sign_rule_details,
+    sign_rule_intuition,
+    steps_to,
+    steps_within_budget,
+    table_note,
+)
 from app.charts.balance import hist_error_spec, load_spec, steps_spec, weights_spec
 from model.config import K3Config
 
 EXPERTS = [16, 32, 64, 128, 256, 384, 512, 768, 896]
-TOKENS = [1024, 2048, 4096, 8192, 16384]
+TOKENS = [1024, 2048, 4096, 8192]              # up to app.balance.MAX_TOKENS: a run's cost is capped
 GAMMAS = [0.0001, 0.0003, 0.001, 0.003, 0.01, 0.03, 0.1]
 AUX = [0.01, 0.1, 1.0, 10.0, 100.0, 1000.0, 10000.0]
 SKEWS = [0.0, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0]
@@ -19,12 +40,12 @@ BINS = [50, 100, 300, 1000, 3000]
 
 ui.page_header(
     "Load balancing lab",
-    "A router left alone sends most tokens to a few favourite experts; K3's **Quantile Balancing** adds a "
-    "per-expert bias that only decides *which* experts a token visits, jumps straight to the bias that "
-    "balances the last batch, and needs no step size.",
-    "set 896 experts and compare the sign rule at γ = 0.001 with Quantile Balancing: how many steps does each "
-    "need to come near the dashed noise floor (the table's last column)? Then raise γ and watch the sign rule "
-    "overshoot.",
+    "A router left alone can send most tokens to a few favourite experts (the grey line below). K3's **Quantile "
+    "Balancing** adds a per-expert bias that only decides *which* experts a token visits (K3 report Eq. 13), "
+    "sets it in one move from the last batch, and has no step size to tune (K3 report Eq. 14, sec 2.3.3, App. C).",
+    "raise the sign rule's γ from DeepSeek-V3's 0.001 towards 0.1: does a larger step bring it down to the "
+    "dotted noise floor that QB comes near, or make it overshoot? Then set 32 experts and compare the auxiliary "
+    "loss at α = 100 with α = 1,000.",
 )
 
 # ---- controls --------------------------------------------------------------------------------------
@@ -53,7 +74,8 @@ m = view.draw(c3.select_slider, "m", "Tokens per batch m", TOKENS)
 max_steps = steps_within_budget(m, n)
 steps = view.draw(c4.slider, "steps", "Steps", 1, max_steps, options=range(1, max_steps + 1))
 c1, c2, c3, c4 = st.columns(4)
-gamma = view.draw(c1.select_slider, "gamma", "Sign rule step γ", GAMMAS, help="DeepSeek-V3 uses 0.001.")
+gamma = view.draw(c1.select_slider, "gamma", "Sign rule step γ", GAMMAS,
+                  help="DeepSeek-V3 (arXiv 2412.19437) set γ = 0.001 for most of its pre-training.")
 aux = view.draw(c2.select_slider, "aux", "Auxiliary-loss coefficient α", AUX,
                 help="Scales the gradient step on the router's per-expert logit offsets (learning rate 1).")
 bins = view.draw(c3.select_slider, "bins", "QB histogram bins", BINS)
@@ -70,8 +92,9 @@ if max_steps < 30:
                f"so that it stays within the lab's budget of {SCORE_BUDGET / 1e6:.0f} million router scores "
                "(a few seconds on this server); fewer tokens or experts allow up to 30.")
 if k >= n:
-    st.info(f"Top-{k} of {n} experts leaves nothing to balance: using top-{n // 2} instead.",
-            icon=":material/tune:")
+    st.info((f"Top-{k} of {n} experts leaves nothing to balance" if k == n else
+             f"Top-{k} is more than the {n} experts there are")
+            + f": using top-{n // 2} instead.", icon=":material/tune:")
     k = n // 2
 setup = Setup(n_experts=n, top_k=k, tokens=m, steps=steps, skew=float(skew if source == "synthetic" else 0.0),
               bins=bins)
@@ -103,7 +126,7 @@ ui.vega_chart(steps_spec(table, floor),
 last = table[table["step"] == steps].set_index("method")
 summary = pd.DataFrame({
     "method": [LABELS[mth] for mth in METHODS],
-    "parameter": ["", f"γ = {gamma:g}", f"α = {aux:g}", f"{bins} bins", ""],
+    "parameter": ["", f"γ = {gamma:g}", f"α = {aux:,g}", f"{bins:,} bins", ""],
     "max/mean at last step": [last.loc[LABELS[mth], "max/mean"] for mth in METHODS],
     "CV at last step": [last.loc[LABELS[mth], "cv"] for mth in METHODS],
     "dead experts at last step": [int(last.loc[LABELS[mth], "dead"]) for mth in METHODS],
@@ -112,8 +135,7 @@ summary = pd.DataFrame({
         else f"not within {steps}" for mth in METHODS],
 })
 ui.table(summary, {"max/mean at last step": ".3f", "CV at last step": ".3f"})
-st.caption("Computed by this page's simulation. QB, which sets its bias from one earlier batch here, lands a "
-           "little above the floor.")
+st.caption(table_note(table, floor, setup))
 st.markdown(goal_note(setup, floor))
 
 # ---- per-expert load at one step ---------------------------------------------------------------------
@@ -140,12 +162,14 @@ def step_sections() -> None:
     with st.expander("Why a larger step does not help, and the optimisation view"):
         st.markdown(sign_rule_details(story, k, list(qb_df["max/mean"]), list(sign_df["max/mean"])))
     st.caption("Numbers computed from this run.")
-    st.caption("Auxiliary loss, the assumption made here: a Switch-style loss α·n·Σⱼ fⱼ·Pⱼ (fⱼ: share of routed "
+    st.caption("Auxiliary loss, the assumption made here: a loss in the style of the Switch Transformer "
+               "(arXiv 2101.03961), α·n·Σⱼ fⱼ·Pⱼ (fⱼ: share of routed "
                "slots, Pⱼ: mean normalised score), minimised by plain gradient steps (learning rate 1) on a per-expert "
                "logit offset of the router, the part of a router-weight update that shifts an expert for every token "
                "alike. Nothing else pulls on the offsets here: in real training the language-model loss resists them, "
                "and they change the scores themselves, hence the output weights (see below). With plain gradient steps "
-               f"the push on each expert shrinks like α/n, so one α is {EXPERTS[-1] // 32}× weaker at {EXPERTS[-1]} experts than at 32, and too "
+               f"the push on each expert shrinks like α/n, so one α is {EXPERTS[-1] // 32}× weaker at {EXPERTS[-1]} experts "
+               "than at 32, and too "
                "large an α overshoots (try 32 experts with α = 1,000): the coefficient needs tuning per model, "
                "QB's update has none.")
 
@@ -154,9 +178,10 @@ def step_sections() -> None:
     hc = cached_hist_check(setup, float(gamma), float(aux), step - 1, source, layer)
     ui.vega_chart(hist_error_spec(hc.exact, hc.hist, hc.bin_width),
              f"At step {step}, on the histogram method's own batch and bias: the bias each expert needs, from exact "
-             f"quantiles (a top-q over all tokens) and from {bins} bins whose counts could be summed across devices "
-             f"without gathering the scores. Largest error: {hc.max_error_bins:.2f} bin widths (bin width "
-             f"{hc.bin_width:.2e}); the estimator promises at most 1.",
+             f"quantiles (a top-q over all tokens) and from {bins:,} bins whose counts could be summed across devices "
+             f"without gathering the scores (K3 sends a few hundred bins per expert, K3 report sec 2.3.3). Largest "
+             f"error: {hc.max_error_bins:.2f} bin widths (bin width {hc.bin_width:.2e}); the estimator promises at "
+             "most 1 (App. D).",
              alt="Scatter of histogram-estimated against exact per-expert bias, and a histogram of the errors in bin widths.",
              key="bal_hist")
 
@@ -165,7 +190,8 @@ def step_sections() -> None:
     wc = cached_weight_check(setup, float(gamma), float(aux), step - 1, source, layer)
     ui.vega_chart(weights_spec(wc.pairs),
              f"Batch {step}, routed with and without the QB bias (drawn: {len(wc.pairs):,} expert pairs, a random "
-             f"{WEIGHT_SAMPLE} at most per method; the table's largest differences are over all of them). For the experts a token picks both ways, their "
+             f"{WEIGHT_SAMPLE} at most per method; the table's largest differences are over all of them). For the experts a "
+             "token picks both ways, their "
              "weights (renormalised over those experts) are identical: every blue point sits on the zero line. The "
              "auxiliary loss instead moves the router's logits, so the same experts get different weights (purple).",
              alt="Scatter of the change in output weight caused by the bias, for Quantile Balancing and the auxiliary loss.",
@@ -180,6 +206,6 @@ def step_sections() -> None:
     st.caption(f"Computed on {wc.tokens:,} tokens: the bias changed the chosen set of {wc.changed_sets:,} of them, "
                f"{wc.compared:,} share at least two experts between the two routings. Differences of order 1e-16 are "
                "floating-point rounding (the sums run in another order). So the bias decides *which* experts a token "
-               "visits and never *how much* each counts (docs/REFERENCES.md claim 11).")
+               "visits and never *how much* each counts (K3 report Eq. 13, sec 2.3.3; docs/REFERENCES.md claim 11).")
 
 step_sections()

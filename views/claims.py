@@ -6,11 +6,21 @@ import streamlit as st
 from app import live as lv_mod
 from app import state, ui
 from app.charts.claims import evidence_spec, verdict_spec
-from app.claims import (LEVEL_MEANING, LEVELS, SOURCE, VERDICT_COLOURS, VERDICT_ICONS, VERDICTS, cached_checks,
-                        evidence_table, parse_claim, quote_markdown, verdict_slug)
+from app.claims import (
+    LEVEL_MEANING,
+    LEVELS,
+    SOURCE,
+    VERDICT_COLOURS,
+    VERDICT_ICONS,
+    VERDICTS,
+    cached_checks,
+    evidence_table,
+    parse_claim,
+    quote_markdown,
+    verdict_slug,
+)
 from app.navigation import PAGES
 from app.text import md_escape
-
 
 
 class ClaimNumber(state.Control):

@@ -7,7 +7,6 @@ from app.navigation import PAGES
 from app.text import md_escape
 
 
-
 class TermSlug(state.Control):
     """?term=mxfp4: one term shown first."""
 

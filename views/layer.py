@@ -5,8 +5,8 @@ The prompt is drawn by a full run; the token, the layer and the walk below them 
 choosing another token or layer reruns only the walk."""
 import streamlit as st
 
-from app import state, ui
 from app import layer as ly
+from app import state, ui
 from app.charts.layer import step_figure
 from app.live import forward, live
 from app.model_card import kept_and_shrunk

@@ -2,13 +2,24 @@
 import streamlit as st
 
 from app import state, ui
-from app.charts.model_card import bias_spec, training_spec
 from app.balance import LIVE_TARGET
+from app.charts.model_card import bias_spec, training_spec
 from app.live import live
-from app.model_card import (PROBLEMS, balanced_floor, config_table, corpus_parts, held_out_summary, kept_and_shrunk,
-                            load_json, report_eq,
-                            next_token_reading, next_token_table, train_log,
-                            training_phases, unwrapped_from_step)
+from app.model_card import (
+    PROBLEMS,
+    balanced_floor,
+    config_table,
+    corpus_parts,
+    held_out_summary,
+    kept_and_shrunk,
+    load_json,
+    next_token_reading,
+    next_token_table,
+    report_eq,
+    train_log,
+    training_phases,
+    unwrapped_from_step,
+)
 from model.config import K3Config
 
 TINY = K3Config.tiny()

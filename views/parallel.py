@@ -4,9 +4,23 @@ import streamlit as st
 from app import live as lv_mod
 from app import state, ui
 from app.charts.parallel import bytes_spec, fanout_spec, rank_bytes_spec, shard_load_spec, traffic_spec
-from app.parallel import (ASSIGN, DEVICE_BALANCE, DIVISORS, RUNNABLE, bytes_table, cached_routing, cached_traffic,
-                          example_note, expected_fanout, fit_note,
-                          fanout, ffn_input_of, run_layer, shard_pairs, shard_tokens)
+from app.parallel import (
+    ASSIGN,
+    DEVICE_BALANCE,
+    DIVISORS,
+    RUNNABLE,
+    bytes_table,
+    cached_routing,
+    cached_traffic,
+    example_note,
+    expected_fanout,
+    fanout,
+    ffn_input_of,
+    fit_note,
+    run_layer,
+    shard_pairs,
+    shard_tokens,
+)
 from app.text import md_escape
 from model.config import K3Config
 from model.parallel import LaunchError
@@ -38,7 +52,8 @@ G = view.draw(c1.select_slider, "g", "Devices G (divisors of 896)", DIVISORS)
 assign = view.draw(c2.segmented_control, "assign", "Tokens start on devices by", list(ASSIGN), format_func=ASSIGN.get)
 per = n // G
 c1, c2, c3 = st.columns(3)
-c1.metric("Experts per device", f"{per}", help="Computed: 896 / G. 112 per GPU on 8 GPUs is the second article's illustration, not K3's deployment: the "
+c1.metric("Experts per device", f"{per}",
+          help="Computed: 896 / G. 112 per GPU on 8 GPUs is the second article's illustration, not K3's deployment: the "
           "K3 report names no expert-parallel size.")
 c2.metric("Expected devices per token (uniform routing)", f"{expected_fanout(n, cfg.top_k, G):.2f}",
           help="Derived: G · (1 − C(896 − 896/G, 16) / C(896, 16)), if a token's 16 experts were uniform.")
@@ -154,7 +169,8 @@ def layer_sections() -> None:
                   "route, dispatch, experts, combine.")
         c2.metric("Wall time with process start", f"{r.seconds_total:.1f} s", help="Mostly starting Python and "
                   "importing torch in every process.")
-        c3.metric("Bytes sent, all ranks", f"{int(r.ranks['bytes sent: dispatch'].sum() + r.ranks['bytes sent: combine'].sum()):,}")
+        sent = int(r.ranks["bytes sent: dispatch"].sum() + r.ranks["bytes sent: combine"].sum())
+        c3.metric("Bytes sent, all ranks", f"{sent:,}")
         ui.vega_chart(rank_bytes_spec(r.ranks),
                       "Measured: bytes each process sent to the others (dispatch: latent rows of "
                       f"{cfg.expert_width} float32 values plus an 8-byte expert id per pair and the count exchange; combine: "

@@ -5,13 +5,34 @@ import streamlit as st
 
 from app import live as lv_mod
 from app import state, ui
-from app.text import fmt_bytes
 from app.charts.quant_lab import behaviour_spec, block_spec, errors_spec, scales_spec, superscript
-from app.quant_lab import (BLOCK, COARSE_BLOCK, FORMAT_NAMES, HELDOUT_CHUNK, HELDOUT_ROWS, MATRICES, SOURCES, VARIANT_HOW,
-                           VARIANTS, EXAMPLES, block_table, blocks_per_tensor, cached_heldout_comparison, cached_spec,
-                           cached_layer_errors, cached_layer_scales, cached_prompt_comparison, e2m1_codes, explain_block,
-                           GB_COLUMNS, grids_caption, k3_bytes_summary, k3_gb_table, weight_block)
-from app.text import fmt_params
+from app.quant_lab import (
+    BLOCK,
+    COARSE_BLOCK,
+    EXAMPLES,
+    FORMAT_NAMES,
+    GB_COLUMNS,
+    HELDOUT_CHUNK,
+    HELDOUT_ROWS,
+    MATRICES,
+    SOURCES,
+    VARIANT_HOW,
+    VARIANTS,
+    block_table,
+    blocks_per_tensor,
+    cached_heldout_comparison,
+    cached_layer_errors,
+    cached_layer_scales,
+    cached_prompt_comparison,
+    cached_spec,
+    e2m1_codes,
+    explain_block,
+    grids_caption,
+    k3_bytes_summary,
+    k3_gb_table,
+    weight_block,
+)
+from app.text import fmt_bytes, fmt_params
 from model.config import K3Config
 from model.quant import E2M1_GRID, FORMATS, bits_per_value, element_grid, packed_bytes
 

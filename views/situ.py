@@ -5,11 +5,32 @@ import streamlit as st
 
 from app import live as lv_mod
 from app import state, ui
-from app.charts.situ import (chain_spec, curve_table, derivative_spec, factors_spec, grid_spec, grid_table,
-                             histogram_spec, output_spec)
-from app.situ import (CAP, FP8_MAX, MXFP8_NOTE, NAMES, REPORT_ON_CHAIN, SOURCE, cached_chain, cached_curves,
-                      cached_grid, cached_hidden, chain_summary, derivative_caption, histogram_summary,
-                      swiglu_crossings)
+from app.charts.situ import (
+    chain_spec,
+    curve_table,
+    derivative_spec,
+    factors_spec,
+    grid_spec,
+    grid_table,
+    histogram_spec,
+    output_spec,
+)
+from app.situ import (
+    CAP,
+    FP8_MAX,
+    MXFP8_NOTE,
+    NAMES,
+    REPORT_ON_CHAIN,
+    SOURCE,
+    cached_chain,
+    cached_curves,
+    cached_grid,
+    cached_hidden,
+    chain_summary,
+    derivative_caption,
+    histogram_summary,
+    swiglu_crossings,
+)
 from model.config import K3Config
 
 RANGES = list(range(1, 1001))
@@ -67,7 +88,8 @@ def curves_section() -> None:
                    + (f"SwiGLU crosses {FP8_MAX:g}, E4M3's largest value without a block scale, at g = "
                       f"{', '.join(f'{g:.4g}' for g in cross)} (computed by bisection on the real function)." if cross else
                       "In this range SwiGLU stays under 448 in size: widen the range or raise |u|.")),
-                  alt="Line chart of SiTU-GLU and SwiGLU against the gate value at a fixed up value, with lines at ±100 and ±448.",
+                  alt="Line chart of SiTU-GLU and SwiGLU against the gate value at a fixed up value, with lines at ±100 "
+                      "and ±448.",
                   key="situ_out", table=lambda: curve_table(df, "output"))
     ui.vega_chart(factors_spec(df, st.context.theme.type, panels_width()),
                   "Left: the gate factors. Near 0 they agree (both ≈ g/2 + g²/4); SiTU-GLU's saturates at 4, swish grows "
@@ -88,7 +110,8 @@ def plane_section() -> None:
     plane = view.draw(st.select_slider, "plane", "Plane range: g and u from − to +", PLANES)
     grid = cached_grid(float(plane))
     ui.vega_chart(grid_spec(grid, panels_width()),
-                  f"Colour is the value on a signed log scale shared by both panels (g and u in ±{plane}). Dotted: |value| = 100; "
+                  f"Colour is the value on a signed log scale shared by both panels (g and u in ±{plane}). "
+                  "Dotted: |value| = 100; "
                   "dashed: |value| = 448. SiTU-GLU's plane never reaches the 448 contour and only approaches 100 in the two "
                   "corners of large positive g; SwiGLU's contours are hyperbolas g·u ≈ constant, beyond which it keeps growing.",
                   alt="Two heatmaps of SiTU-GLU and SwiGLU over gate and up values, with contours at 100 and 448.",
@@ -115,7 +138,8 @@ if prompt is not None:
         n_tok = len(prompt.ids)
         ui.vega_chart(histogram_spec(values, NAMES, st.context.theme.type),
                       f"Every hidden value of the {cfg.top_k} routed experts of layer {layer} for the {n_tok} tokens "
-                      f"({n_tok} × {cfg.top_k} × {cfg.expert_hidden} = {n_tok * cfg.top_k * cfg.expert_hidden:,} values): the live "
+                      f"({n_tok} × {cfg.top_k} × {cfg.expert_hidden} = {n_tok * cfg.top_k * cfg.expert_hidden:,} values): "
+                      "the live "
                       "model's own gate and up pre-activations, passed through SiTU-GLU (what the model runs) and through "
                       "SwiGLU (the same experts, the activation swapped). At scale 1 the two agree closely: the bound only "
                       f"matters in the tails. Raise the scale and SwiGLU's tail passes {FP8_MAX:g} (E4M3's largest value before "

@@ -11,10 +11,19 @@ import pandas as pd
 from app import theme
 from app.charts.vega import SCHEMA, usermeta
 from app.text import fmt_bytes, fmt_tokens, token_text
+from model.config import K3Config
 
 DESIGN_COLOUR = {"K3 hybrid": theme.K3, "all MLA": theme.MLA, "all MHA": theme.OKABE_ITO["purple"]}
-DESIGN_LABELS = {"K3 hybrid": "K3 hybrid: 69 KDA states + 24 MLA latent caches",
-                 "all MLA": "all MLA: 93 latent caches", "all MHA": "all MHA: 93 layers, 96 heads x 128"}
+
+
+def design_labels(cfg: K3Config) -> dict[str, str]:
+    """The memory chart's legend: each stack design named by its counts, read from the config."""
+    return {"K3 hybrid": f"K3 hybrid: {cfg.n_kda} KDA states + {cfg.n_mla} MLA latent caches",
+            "all MLA": f"all MLA: {cfg.num_layers} latent caches",
+            "all MHA": f"all MHA: {cfg.num_layers} layers, {cfg.mla_heads} heads x {cfg.v_head_dim}"}
+
+
+DESIGN_LABELS = design_labels(K3Config.full())
 PLANE_COLOUR = {"KDA state": theme.KDA, "MLA latent": theme.MLA, "Block AttnRes": theme.OKABE_ITO["purple"],
                 "Latent dispatch": theme.MOE}
 # blue < 0 < red (plotly's RdBu_r before): readable with the common colour-vision deficiencies
@@ -88,7 +97,7 @@ def state_spec(state: np.ndarray, zmax: float, title: str) -> dict:
                   "axis": {"labelAngle": 0, "values": _fives(dv)}},
             "y": {"field": "key", "type": "ordinal", "title": f"key channel (d_k = {dk})",
                   "axis": {"values": _fives(dk)}},
-            "color": {"field": "S", "type": "quantitative", "title": "value",
+            "color": {"field": "S", "type": "quantitative", "title": "state entry S",
                       "scale": DIVERGING | {"domain": [-zmax, zmax], "clamp": True},
                       "legend": {"gradientLength": cell * dk - 30, "format": ".2~f"}},
             "tooltip": [{"field": "key", "type": "quantitative", "title": "key channel"},
@@ -115,7 +124,8 @@ def cache_spec(rows: np.ndarray, upto: int, kv_lora: int, pieces: list[str], tit
     parts = pd.DataFrame({"column": [(kv_lora - 1) / 2, kv_lora + (width - kv_lora - 1) / 2],
                           "text": ["latent c", "k_rope"]})
     x_scale = {"domain": [-0.5, width - 0.5], "nice": False, "zero": False}
-    x = {"field": "start", "type": "quantitative", "title": f"cached value ({kv_lora} latent + {width - kv_lora} rope-slice)",
+    x = {"field": "start", "type": "quantitative",
+         "title": f"cached value ({kv_lora} latent c + {width - kv_lora} k_rope, never rotated)",
          "scale": x_scale, "axis": {"values": _fives(width), "format": "d", "grid": False}}
     y = {"field": "label", "type": "ordinal", "title": "token (one row each)",
          "scale": {"domain": labels, "paddingInner": 0},
@@ -162,7 +172,8 @@ def memory_spec(curves: pd.DataFrame, cross: pd.DataFrame, context: int, batch: 
     context as a dashed line with each design's point on it."""
     designs = list(dict.fromkeys(curves["design"]))
     names = [DESIGN_LABELS.get(d, d) for d in designs]
-    lines = pd.DataFrame({"design": curves["design"].to_numpy(), "name": curves["design"].map(lambda d: DESIGN_LABELS.get(d, d)).to_numpy(),
+    lines = pd.DataFrame({"design": curves["design"].to_numpy(),
+                          "name": curves["design"].map(lambda d: DESIGN_LABELS.get(d, d)).to_numpy(),
                           "tokens": curves["tokens"].to_numpy().astype(float),
                           "bytes": curves["bytes"].to_numpy().astype(float),
                           "cache": [fmt_bytes(b) for b in curves["bytes"]]})
@@ -200,7 +211,8 @@ def memory_spec(curves: pd.DataFrame, cross: pd.DataFrame, context: int, batch: 
     return {
         "$schema": SCHEMA, "width": "container", "height": 440,
         "datasets": {"curves": lines, "crossovers": crossings, "at_context": at,
-                     "context": pd.DataFrame({"tokens": [float(context)], "label": [f"at {fmt_tokens(context)} token" + ("s" if context != 1 else "")]})},
+                     "context": pd.DataFrame({"tokens": [float(context)],
+                                              "label": [f"at {fmt_tokens(context)} token" + ("s" if context != 1 else "")]})},
         "layer": [
             {"data": {"name": "context"}, "mark": {"type": "rule", "strokeDash": [5, 4], "color": grey},
              "encoding": {"x": x, "tooltip": [{"field": "tokens", "type": "quantitative", "title": "chosen context (tokens)",
@@ -209,7 +221,8 @@ def memory_spec(curves: pd.DataFrame, cross: pd.DataFrame, context: int, batch: 
             {"data": {"name": "curves"}, "mark": {"type": "line", "tooltip": None},
              "encoding": {"x": x, "y": y, "color": colour,
                           "strokeWidth": {"field": "design", "type": "nominal", "legend": None,
-                                          "scale": {"domain": designs, "range": [3 if d == "K3 hybrid" else 2 for d in designs]}}}},
+                                          "scale": {"domain": designs,
+                                                    "range": [3 if d == "K3 hybrid" else 2 for d in designs]}}}},
             # invisible points along each line: hover anywhere near a line for its value there
             {"data": {"name": "curves"}, "mark": {"type": "circle", "size": 90, "opacity": 0},
              "encoding": {"x": x, "y": y, "tooltip": tip}},

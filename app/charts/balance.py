@@ -87,7 +87,8 @@ def load_spec(load: np.ndarray, target: float, title: str, sort: bool = False) -
         "datasets": {"loads": bars, "target": pd.DataFrame({"target": [float(target)]})},
         "layer": [
             {"data": {"name": "loads"}, "mark": {"type": "rect"},
-             "encoding": {"x": x, "x2": {"field": "end"}, "y": {"field": "load", "type": "quantitative", "title": "tokens routed to the expert"},
+             "encoding": {"x": x, "x2": {"field": "end"},
+                          "y": {"field": "load", "type": "quantitative", "title": "tokens routed to the expert"},
                           "y2": {"datum": 0},
                           "color": {"field": "status", "type": "nominal", "title": None,
                                     "scale": {"domain": labels, "range": [v[1] for v in LOAD_STATUS.values()]},
@@ -96,7 +97,8 @@ def load_spec(load: np.ndarray, target: float, title: str, sort: bool = False) -
             {"data": {"name": "target"}, "mark": {"type": "rule", "strokeDash": [6, 4], "strokeWidth": 2,
                                                   "color": theme.OKABE_ITO["green"]},
              "encoding": {"y": {"field": "target", "type": "quantitative"},
-                          "tooltip": [{"field": "target", "type": "quantitative", "title": "target q = m·k/n", "format": ",.1f"}]}},
+                          "tooltip": [{"field": "target", "type": "quantitative", "title": "target q = m·k/n",
+                                       "format": ",.1f"}]}},
         ],
         "usermeta": usermeta("balance_load"),
     }

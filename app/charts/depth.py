@@ -153,7 +153,8 @@ def _ticks(labels: list[str], most: int = 26) -> list[int]:
 def retrieval_spec(profiles: dict[str, pd.DataFrame], source: int, reader: int,
                    theme_type: str | None = None) -> dict:
     """Weight that each earlier layer's output gets in one read, Full vs Block (log), the asked-for layer
-    marked by a dashed line and a ring on each curve."""
+    marked by a dashed line and a ring on each curve. The x axis spans the layers the read sees: 0 .. reader - 1
+    before attention, 0 .. reader before the FFN (the reading layer's own attention output is a source then)."""
     colours = {"Full": FULL, "Block": BLOCK}
     names = [f"{name} AttnRes" for name in profiles]
     parts = []
@@ -167,8 +168,12 @@ def retrieval_spec(profiles: dict[str, pd.DataFrame], source: int, reader: int,
     weights = pd.concat(parts, ignore_index=True)
     hit = weights[weights["layer"] == source]
     w = weights["weight"].dropna()
-    x = {"field": "layer", "type": "quantitative", "title": f"earlier layer whose output is read (0 .. {reader - 1})",
-         "scale": {"domain": [-1, reader], "nice": False, "zero": False},
+    last = int(weights["layer"].max()) if len(weights) else reader - 1
+    title = f"layer whose output is read (0 .. {last})"
+    if last == reader:
+        title += f"; layer {reader}: its attention output only"
+    x = {"field": "layer", "type": "quantitative", "title": title,
+         "scale": {"domain": [-1, last + 1], "nice": False, "zero": False},
          "axis": {"tickMinStep": 1, "tickCount": 10, "format": "d"}}
     y = {"field": "weight", "type": "quantitative", "title": f"weight in layer {reader}'s read (log)",
          "scale": {"type": "log", "nice": False}}

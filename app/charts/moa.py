@@ -7,6 +7,7 @@ import pandas as pd
 
 from app import theme
 from app.charts.vega import SCHEMA, usermeta
+from app.moa import fmt_ratio
 
 SCALE = {"FLOPs": (1e12, "TFLOP"), "bytes": (1e9, "GB"), "seconds": (1.0, "s")}
 RATIO_COLOURS = [theme.OKABE_ITO["blue"], theme.OKABE_ITO["orange"], theme.OKABE_ITO["green"],
@@ -40,7 +41,7 @@ def costs_spec(table: pd.DataFrame, moa_label: str, theme_type: str | None = Non
              "scale": {"domain": [0, float(d["value"].max()) * 1.25], "nice": False}}
         filt = [{"filter": {"field": "cost", "equal": r.cost}}]
         panels.append({
-            "title": {"text": r.cost, "subtitle": f"MoA / K3 = {r.ratio:,.1f}x", "fontWeight": "normal",
+            "title": {"text": r.cost, "subtitle": f"MoA / K3 = {fmt_ratio(r.ratio)}", "fontWeight": "normal",
                       "anchor": "middle", "subtitleFontWeight": "bold", "subtitleFontSize": 18 if present else 13,
                       "subtitleColor": theme.ink(theme_type),          # the theme colours titles, not subtitles
                       "subtitlePadding": 4, "offset": 12},

@@ -9,7 +9,6 @@ import math
 
 import numpy as np
 import pandas as pd
-
 from PIL import Image
 
 from app import theme
