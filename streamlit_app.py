@@ -29,7 +29,7 @@ state.notice_slot(st.container())          # link notices, above the title on ev
 state.check_app_params()
 if embedded:
     ui.presenter_style()
-    ui.input_guard()
+    ui.browser_guards()
 else:
     with st.sidebar:
         st.caption("A tiny live instance of Kimi K3's full architecture (93 layers, 896 experts, top-16), "
@@ -37,7 +37,13 @@ else:
         ui.glossary_lookup()
         ui.sidebar_controls()
         ui.share_box()
-        ui.input_guard()
+        ui.browser_guards()
+# A session's first page imports the model's libraries before it draws anything: say so at once, in the place
+# the page's own heading will take (an empty main area for seconds looked broken).
+loading = st.empty() if not ss.get("_k3_painted") else None
+if loading is not None:
+    loading.info(f"Opening {page.title}: the first page loads the live model's code (a few seconds)…",
+                 icon=":material/hourglass_top:")
 try:
     with warm.page_run():
         page.run()
@@ -46,6 +52,9 @@ except AssetError as e:             # a file the page needs is missing or damage
     st.info(f"This page {what}: {md_escape(str(e), 300)}.", icon=":material/block:")
 finally:                    # also after a page's st.stop()
     state.notice_slot(None)     # a fragment's rerun writes its notices in place
+    if loading is not None:
+        loading.empty()
+        ss["_k3_painted"] = True
     ui.instance_banner(banner)
     if not embedded:
         ui.tour_footer(here)

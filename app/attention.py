@@ -252,10 +252,15 @@ def stack_alt(cfg: K3Config) -> str:
             f"and a last column holding the final MLA layer.")
 
 
+def read_so_far(n: int) -> str:
+    """How far the model has read, as a count (the page's "Tokens read so far"), never a position."""
+    return f"{n:,} token{'s' if n != 1 else ''} read"
+
+
 def state_caption(cfg: K3Config, token: int) -> str:
     """The live state's caption: its size after the token the slider picks, the same after every token."""
     dk = cfg.kda_head_dim
-    return (f"{dk} x {dk} = {dk * dk} values after token {token}, as after every token: each token decays the rows "
+    return (f"{dk} x {dk} = {dk * dk} values after {read_so_far(token)}, as after every token: each token decays the rows "
             "(forgets, channel by channel) and writes a correction (the delta rule, K3 report Eq. 1, sec 2.1.1). One "
             "colour scale for every token, so colours compare across the slider.")
 

@@ -106,7 +106,7 @@ def prepare_prompt(text: str, tok: Tokenizer) -> Prompt | str:
         ids = ids[:MAX_TOKENS]
     if not ids:
         return "The prompt produced no tokens: type a sentence or pick a preset."
-    return Prompt(tok.decode(ids), tuple(ids), tuple(tok.pieces(ids)), tuple(notices))
+    return Prompt(tok.decode(ids), tuple(ids), tuple(tok.display_pieces(ids)), tuple(notices))
 
 
 _BUSY = {"active": 0, "until": 0.0}      # computations for sessions now, and when the last one ended

@@ -285,12 +285,12 @@ def fingerprint(out: K3Output, token: int) -> tuple[list[int], np.ndarray, np.nd
 
 
 def expert_on_prompt(out: K3Output, layer: int, expert: int, pieces: list[str], n: int = 8) -> pd.DataFrame:
-    """The prompt's tokens with the highest router probability for `expert` at `layer`; positions count from 1
-    (the first token is position 1), as every page numbers tokens."""
+    """The prompt's tokens with the highest router probability for `expert` at `layer`, by position (positions
+    count from 0, as the link, the chips' charts and every page number them, like layers and experts)."""
     prob = out.trace.scores(layer)[0, :, expert].double().numpy()        # [T]
     chosen = (out.trace.experts(layer)[0] == expert).any(-1).numpy()       # [T]
     order = np.argsort(-prob, kind="stable")[:n]
-    return pd.DataFrame({"position": order + 1, "token": [visible(pieces[i]) for i in order],
+    return pd.DataFrame({"position": order, "token": [visible(pieces[i]) for i in order],
                          "router probability": prob[order], "chose it": chosen[order]})
 
 
@@ -415,6 +415,19 @@ def visible(piece: str) -> str:
     return "".join(out)
 
 
+def brighter_note(grid: pd.DataFrame) -> str:
+    """Why an unchosen square can be brighter than a chosen one: the colour is the router's probability, the
+    choice ranks probability plus the balancing bias (K3 report Eq. 13). "" when none is."""
+    chosen = grid["chosen"].astype(bool)
+    if not chosen.any():
+        return ""
+    n = int(((~chosen) & (grid["prob"] > grid.loc[chosen, "prob"].min())).sum())
+    if n == 0:
+        return ""
+    return (f", before the balancing bias: the choice ranks probability plus bias (K3 report Eq. 13), so {n} unchosen "
+            f"expert{'s are' if n != 1 else ' is'} brighter than the dimmest chosen one, held back by a lower bias")
+
+
 def chip_label(piece: str, limit: int = 24) -> str:
     """Label of a token chip: visible whitespace, then escaped, since chip labels render Markdown."""
     return md_escape(visible(piece), limit)
@@ -422,15 +435,19 @@ def chip_label(piece: str, limit: int = 24) -> str:
 
 def chip_labels(pieces, limit: int = 24) -> list[str]:
     """Chip labels for a whole prompt, each one distinct: st.pills keeps its value as the chip's label,
-    so two equal labels ("the" twice) would make a rerun select the other chip. A repeat gets
-    zero-width spaces appended (invisible), one more for each earlier chip with the same text."""
+    so two equal labels ("the" twice) would make a rerun select the other chip. A repeat says which
+    occurrence it is, visibly ("the (2)"): no hidden character comes along when a label is copied."""
     seen: dict[str, int] = {}
+    taken: set[str] = set()
     labels = []
     for piece in pieces:
         label = chip_label(piece, limit)
-        n = seen.get(label, 0)
-        seen[label] = n + 1
-        labels.append(label + "\u200b" * n)
+        n = seen.get(label, 0) + 1
+        while n > 1 and f"{label} ({n})" in taken:
+            n += 1
+        seen[label] = n
+        labels.append(label if n == 1 else f"{label} ({n})")
+        taken.add(labels[-1])
     return labels
 
 

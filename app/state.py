@@ -469,9 +469,24 @@ def _embed_params() -> tuple[list[str], list[str]]:
     return qs.get("embed", []), qs.get("embed_options", [])
 
 
+_CARRIED: list[Control] = []       # shared controls every page's link carries (app.ui: the prompt and the token)
+
+
+def carry(*controls: Control) -> None:
+    """Make every page's link carry these shared controls, whether the page draws them or not: a reload or a
+    shared link of any page then keeps the person's sentence and token."""
+    for c in controls:
+        assert c.shared, c.param
+        if all(c.param != k.param for k in _CARRIED):
+            _CARRIED.append(c)
+
+
 def page(*controls: Control, prefix: str | None = None) -> View:
     """Declare the page's controls: read the link, report and drop parameters no control declares, and
-    write the current values back. Call once, at the top of a page."""
+    write the current values back. Call once, at the top of a page. The shared controls of `carry` come along
+    on every page."""
+    declared = {c.param for c in controls}
+    controls = (*controls, *(c for c in _CARRIED if c.param not in declared))
     ns = st.session_state.get(K_PAGE, "") or "page"
     view = View(ns, prefix or ns.replace("-", "_"), {c.param: c for c in controls})
     known = {c.param for c in controls if c.link} | APP_PARAMS

@@ -1,11 +1,12 @@
 """The guided tour: a recommended order through the pages and, per page, why its mechanism matters.
 
-The order is a teaching order, not the sidebar's: after the overview it follows one token through K3's
-mixture of experts (routing, then the whole layer around it step by step, then balancing the experts' load,
-then placing the experts on devices, then what runs inside an expert and how its weights are stored), then
-the attention half of each layer, then how the layers connect, and ends with the comparisons, the claims and
-the live model's card. Facts follow docs/ARCHITECTURE.md and docs/REFERENCES.md (K3 report, arXiv
-2607.24653); every number is computed from the config, the accounting or the format tables.
+The tour follows the sidebar's order (app/navigation.py), which is a teaching order: after the overview it
+follows one token through K3's mixture of experts (routing, then the whole layer around it step by step, then
+balancing the experts' load, then placing the experts on devices, then what runs inside an expert and how its
+weights are stored), then the attention half of each layer and how the layers connect, and ends with the
+comparisons, the claims, the live model's card and the glossary. Facts follow docs/ARCHITECTURE.md and
+docs/REFERENCES.md (K3 report, arXiv 2607.24653); every number is computed from the config, the accounting or
+the format tables.
 """
 from __future__ import annotations
 
@@ -31,8 +32,9 @@ _P = count_params(_K3)
 _ROUTED = _P.breakdown["routed experts"] / _P.total
 _MXFP4 = bits_per_value(_K3.expert_weight_format)
 
-# (url_path, why) in tour order; titles come from app.navigation so the two never drift apart.
-_ORDER = (
+# (url_path, why) per page; the order and the titles come from app.navigation, so the tour and the sidebar never
+# drift apart.
+_WHY = dict((
     ("overview",
      "A sparse model's cost per token follows its active parameters while what it can store follows its "
      f"total: K3 keeps {_P.total / 1e12:.2f}T parameters but computes each token with about "
@@ -91,11 +93,10 @@ _ORDER = (
     ("glossary",
      "The same few terms (expert, router, top-k, latent, KDA, MLA, AttnRes, QB, MXFP4) come back on every "
      "page; one precise definition of each keeps the pages' numbers comparable."),
-)
+))
 
-_TITLES = {spec.url_path: spec.title for spec in PAGES}
-# A page not (yet) registered in the navigation cannot be visited, so it is not a stop.
-TOUR: tuple[Stop, ...] = tuple(Stop(url, _TITLES[url], why) for url, why in _ORDER if url in _TITLES)
+TOUR: tuple[Stop, ...] = tuple(Stop(spec.url_path, spec.title, _WHY[spec.url_path]) for spec in PAGES
+                               if spec.url_path in _WHY)
 _INDEX = {stop.url_path: i for i, stop in enumerate(TOUR)}
 
 

@@ -32,10 +32,12 @@ PROMPT = (state.Choice("preset", DEFAULT_PRESET.lower(), "prompt preset", shared
                        options=tuple(_preset_slugs())),
           state.Text("text", "", "typed text", shared=True, key="prompt_text", most=MAX_LINK_TEXT))
 TOKEN = state.Index("token", None, "token", shared=True)
+state.carry(*PROMPT, TOKEN)        # every page's link carries them, so a reload anywhere keeps the sentence
 # the help of every page's token chips
-TOKEN_HELP = ("␣ is a space, ↵ a line break; a token can be part of a word, and � part of a character: the tokenizer "
-              "works on UTF-8 bytes, where a character such as é takes two bytes and ✓ three, and they can fall "
-              "into different tokens.")
+TOKEN_HELP = ("␣ is a space, ↵ a line break; a token can be part of a word, or part of a character: the tokenizer "
+              "works on UTF-8 bytes, where a character such as é takes two bytes and 日 three, and they can fall into "
+              "different tokens. 日[1/3] is a token holding the first of 日's three bytes. A repeated token shows which "
+              "occurrence it is: the (2) is the second \"the\".")
 
 
 def instance_banner(where) -> None:
@@ -68,9 +70,15 @@ def page_header(title: str, lead: str, try_this: str | None = None) -> None:
     st.markdown(lead)
     if try_this:
         st.caption(f"**Try this:** {try_this}")
-    stop = tour.stop_for(st.session_state.get(K_PAGE, ""))
+    here = st.session_state.get(K_PAGE, "")
+    stop = tour.stop_for(here)
     if stop is not None:
         st.caption(f"**Why it matters:** {stop.why}")
+    if stop is not None and stop == tour.TOUR[0] and (nxt := tour.next_stop(here)) is not None:
+        from app.navigation import PAGES
+        path = {p.url_path: p.path for p in PAGES}[nxt.url_path]
+        st.page_link(path, label=f"Start the guided tour: {len(tour.TOUR)} stops in the sidebar's order, first "
+                     f"{nxt.title}", icon=":material/tour:")
 
 
 def tour_footer(url_path: str) -> None:
@@ -423,17 +431,32 @@ SHARE_HTML = """
 """
 
 
+# Back and Forward move between pages, never through nothing. Streamlit pushes a history entry for every
+# change of a link parameter (two for a control that writes two), all on the same page and none of which it
+# re-reads on Back: Back then showed the same view under another address, or nothing at all. A same-page
+# entry therefore replaces the current one (the address still holds the whole view), and a page change keeps
+# its own entry, which Streamlit does follow.
+#
 # Text boxes never send half a character. A lone UTF-16 surrogate (half of a pasted emoji) cannot be UTF-8
 # encoded: Streamlit's server refuses the whole message that carries it and closes the connection, and the
 # browser, which resends the same widget state on reconnecting, loses the session until a reload. This
 # listener runs before React's (capture phase, on the document) and puts U+FFFD in place of any half, with
 # the prototype's value setter, so React sees the change and keeps the mended text as the box's value. Static
 # (no user text in it); installed once per browser tab.
-INPUT_GUARD_HTML = """
+BROWSER_GUARDS_HTML = """
 <script>
 (function () {
-  if (window.k3InputGuard) { return; }
-  window.k3InputGuard = true;
+  if (window.k3BrowserGuards) { return; }
+  window.k3BrowserGuards = true;
+  const push = history.pushState.bind(history);
+  history.pushState = function (state, title, url) {
+    try {
+      if (url !== undefined && url !== null && new URL(url, location.href).pathname === location.pathname) {
+        return history.replaceState(state, title, url);
+      }
+    } catch (e) { /* an address URL cannot read: leave it to the browser */ }
+    return push(state, title, url);
+  };
   const mend = (s) => {
     if (typeof s.toWellFormed === "function") { return s.toWellFormed(); }
     let out = "";
@@ -460,8 +483,9 @@ INPUT_GUARD_HTML = """
 """
 
 
-def input_guard() -> None:
-    st.html(INPUT_GUARD_HTML, unsafe_allow_javascript=True)
+def browser_guards() -> None:
+    """The two guards above (same-page history entries replaced; half characters mended), on every page."""
+    st.html(BROWSER_GUARDS_HTML, unsafe_allow_javascript=True)
 
 
 def share_box() -> None:

@@ -71,10 +71,10 @@ def test_batch_slider_scales_the_curves(page):
 
 
 def test_state_keeps_its_size_while_the_cache_grows(page):
-    T = len(page.select_slider(key="att_token").options)       # positions 0..T-1, shown as 1..T
+    T = len(page.select_slider(key="att_read").options)        # tokens read: 1..T
     sizes, written, rows = set(), [], set()
     for t in (1, T):
-        page.select_slider(key="att_token").set_value(t - 1).run()
+        page.select_slider(key="att_read").set_value(t).run()
         c = charts(page)
         state = c["attention_state"][1]["state"]
         sizes.add((state["key"].nunique(), state["value"].nunique(), len(state)))
@@ -108,13 +108,13 @@ def test_empty_prompt_gets_a_message_and_the_k3_scale_charts_stay(page):
 
 
 def test_bad_link_parameters_are_clamped_with_a_notice():
-    at = open_page({"kda": "3", "head": "zz", "ctx": "1000", "batch": "99999", "token": "-4"})
+    at = open_page({"kda": "3", "head": "zz", "ctx": "1000", "batch": "99999", "read": "-4"})
     notes = " ".join(i.value for i in at.info)
     assert "KDA layer 3 is not available" in notes and "showing 2" in notes     # layer 3 is MLA -> KDA 2
     assert "not a whole number" in notes                                       # head=zz
     assert at.select_slider(key="att_ctx").value == 1024
     assert at.slider(key="att_batch").value == 256
-    assert at.select_slider(key="att_token").value == 0          # token -4 -> the first position
+    assert at.select_slider(key="att_read").value == 1           # read -4 -> the first token
     assert at.query_params["kda"] in ("2", ["2"])
 
 
@@ -125,11 +125,11 @@ def test_captions_and_labels_follow_the_controls_and_read_for_people(page):
     kda = full.kda_heads * full.kda_head_dim ** 2 + (full.kda_conv - 1) * 3 * full.kda_heads * full.kda_head_dim
     hybrid_1 = full.n_kda * kda + full.n_mla * (full.kv_lora_rank + full.qk_rope_dim)     # values at 1 token
     mla_1 = full.num_layers * (full.kv_lora_rank + full.qk_rope_dim)
-    T = len(page.select_slider(key="att_token").options)
+    T = len(page.select_slider(key="att_read").options)
     for t in sorted({1, 2, T}):
-        page.select_slider(key="att_token").set_value(t - 1).run()
+        page.select_slider(key="att_read").set_value(t).run()
         captions = " ".join(c.value for c in page.caption)
-        assert f"values after token {t}, as after every token" in captions
+        assert f"values after {t} token{'' if t == 1 else 's'} read, as after every token" in captions
         assert f"{t} row{'' if t == 1 else 's'} so far" in captions
         assert "after token 1 and after token" not in captions
     page.select_slider(key="att_ctx").set_value(1).run()
@@ -139,3 +139,10 @@ def test_captions_and_labels_follow_the_controls_and_read_for_people(page):
     assert "0.0x" not in captions and f"1/{hybrid_1 / mla_1:,.0f} of the hybrid" in captions
     page.select_slider(key="att_ctx").set_value(2 ** 20).run()
     assert not page.exception
+
+
+def test_tokens_read_is_this_pages_own_control_not_the_shared_token(page):
+    """Moving "Tokens read so far" changed the token the Routing explorer and Attention Residuals show."""
+    page.select_slider(key="att_read").set_value(2).run()
+    assert page.query_params["read"] in ("2", ["2"])
+    assert "token" not in page.query_params                        # the shared token was not set by it

@@ -211,3 +211,15 @@ def test_the_balancing_lab_caps_a_run_by_its_cost_not_only_by_its_ranges():
         for n in balance_view.EXPERTS:
             steps = steps_within_budget(tokens, n)
             assert 1 <= steps <= MAX_STEPS and (steps * tokens * n <= SCORE_BUDGET or steps == 1)
+
+
+def test_every_pages_link_carries_the_shared_prompt_and_token():
+    """Reloading a page whose link held no prompt (MoE vs Mixture of Agents) lost the person's own sentence."""
+    at = open_app_page("views/routing.py")
+    at.text_area(key="prompt_text").input("Zebras cross the road").run()
+    token = params(at)["token"]
+    for path in ("views/moa.py", "views/glossary.py", "views/overview.py"):
+        at.switch_page(path).run()
+        assert not at.exception
+        assert params(at).get("preset") == "own" and params(at).get("text") == "Zebras cross the road", path
+        assert params(at).get("token") == token, path

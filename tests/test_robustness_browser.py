@@ -48,3 +48,47 @@ def test_no_request_leaves_the_apps_origin(server, page, spec):
     elsewhere = [u for u in asked if urlparse(u).scheme in ("http", "https") and urlparse(u).netloc != origin]
     assert not elsewhere, elsewhere
     assert any(urlparse(u).netloc == origin for u in asked)
+
+
+def test_back_goes_to_the_page_before_and_forward_brings_the_view_back(server, page):
+    """After changing N on MoE vs Mixture of Agents, Back stayed on the same address: Streamlit pushed a history
+    entry for every link parameter it wrote, none of which it re-reads."""
+    page.goto(server + "glossary")
+    settle(page)
+    page.goto(server + "moe-vs-moa")
+    settle(page)
+    entries = page.evaluate("history.length")
+    slider = page.locator('[data-testid="stSlider"]').first.get_by_role("slider")
+    slider.focus()
+    for _ in range(2):
+        page.keyboard.press("ArrowRight")
+        settle(page)
+    n = query(page)["n"]
+    assert page.evaluate("history.length") == entries           # the same page's changes replace its entry
+    page.go_back()
+    settle(page)
+    assert urlparse(page.url).path.endswith("/glossary")
+    page.go_forward()
+    settle(page)
+    assert query(page)["n"] == n
+    assert page.locator('[data-testid="stSlider"]').first.get_by_role("slider").input_value() == n
+
+
+def test_a_sessions_first_page_paints_at_once(server, browser):
+    """The first visit showed an empty main area for seconds before the page's heading came: the server now sends
+    a note first, in the place the heading will take, and clears it when the page has run. (Read from the
+    websocket frames, in the order the server sent them: on a warm server the browser may draw only the end.)"""
+    ctx = browser.new_context(viewport={"width": 1400, "height": 1200})
+    page = ctx.new_page()
+    frames = []
+    page.on("websocket", lambda ws: ws.on("framereceived", lambda payload: frames.append(
+        payload if isinstance(payload, bytes) else payload.encode())))
+    try:
+        page.goto(server + "routing")
+        settle(page)
+        at = lambda needle: next((i for i, f in enumerate(frames) if needle.encode() in f), None)
+        note, lead = at("Opening Routing explorer"), at("In every layer but the first")   # the page's lead
+        assert note is not None and lead is not None and note < lead
+        assert page.locator('[data-testid="stMain"] [data-testid="stAlert"]').filter(has_text="Opening").count() == 0
+    finally:
+        ctx.close()

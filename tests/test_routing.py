@@ -315,7 +315,7 @@ def test_expert_tables(micro):
     pieces = [f"t{i}" for i in range(10)]
     df = rt.expert_on_prompt(base, 2, 5, pieces, n=4)
     col = base.trace.scores(2)[0, :, 5].numpy()
-    assert list(df["position"]) == list(np.argsort(-col, kind="stable")[:4] + 1)     # counted from 1
+    assert list(df["position"]) == list(np.argsort(-col, kind="stable")[:4])     # counted from 0, as the link
     ids = list(range(3, 63)) * 2                              # 120 tokens
     h = rt.heldout_summary(model, ids, chunk=32, keep=3, batch=2)
     assert len(h.ids) == 120 and h.layers == (1, 2, 3, 4, 5)
@@ -363,8 +363,26 @@ def test_chip_labels_are_distinct_even_when_pieces_repeat():
     pieces = ["a", " b", "a", " b", "a", "<i>"]
     labels = rt.chip_labels(pieces)
     assert len(set(labels)) == len(labels)
-    assert [lab.replace("\u200b", "") for lab in labels] == [rt.chip_label(p) for p in pieces]
     assert labels[0] == rt.chip_label("a")              # a first occurrence is unchanged
+    assert labels[2] == "a (2)" and labels[4] == "a (3)" and labels[3] == rt.chip_label(" b") + " (2)"
+    # no invisible character to come along when a label is copied (zero-width spaces told repeats apart before)
+    assert all(ch.isprintable() for lab in labels for ch in lab)
+
+
+def test_a_piece_of_a_character_says_which_bytes_it_holds():
+    """Every byte-level piece of "Grüße 日本語 🐱" showed as the same "�" chip."""
+    from app.live import live, prepare_prompt
+    text = "Grüße 日本語 🐱"
+    prompt = prepare_prompt(text, live().tokenizer)
+    labels = rt.chip_labels(prompt.pieces)
+    assert "\ufffd" not in "".join(labels)
+    for ch in "üß日本語🐱":                                  # every byte of every character is accounted for
+        n = len(ch.encode("utf-8"))
+        held = [p for p in prompt.pieces if ch in p]
+        assert held and all(p == ch or f"{ch}[" in p for p in held), (ch, held)
+        if held != [ch]:
+            assert any(p.endswith(f"/{n}]") for p in held)
+    assert len(set(labels)) == len(labels)
 
 
 def test_expert_tables_are_plain_and_formatted():
@@ -395,3 +413,11 @@ def test_heldout_soon_starts_the_routing_once_in_the_background(monkeypatch, cap
             t.join(10)
     assert calls == ["k3-heldout"]                     # once, and not on the caller's thread
     assert "no model here" in caplog.text
+
+
+def test_the_grid_caption_says_why_an_unchosen_expert_can_be_brighter():
+    import pandas as pd
+    grid = pd.DataFrame({"prob": [0.9, 0.2, 0.5, 0.1], "chosen": [False, True, True, False]})
+    note = rt.brighter_note(grid)
+    assert "1 unchosen expert is brighter" in note and "bias" in note
+    assert rt.brighter_note(grid.assign(chosen=[True, False, True, False])) == ""     # chosen by probability alone

@@ -424,7 +424,8 @@ def test_attention_stack_alt_counts_the_last_column_of_one():
 def test_kda_state_caption_follows_the_token_slider():
     for t in (1, 5, 21):
         cap = att_page.state_caption(TINY, t)
-        assert f"after token {t}, as after every token" in cap and "K3 report Eq. 1, sec 2.1.1" in cap
+        so_far = f"{t} token{'' if t == 1 else 's'} read"        # a count: positions count from 0, a count from 1
+        assert f"after {so_far}, as after every token" in cap and "K3 report Eq. 1, sec 2.1.1" in cap
         assert f"{TINY.kda_head_dim} x {TINY.kda_head_dim} = {TINY.kda_head_dim ** 2} values" in cap
     assert "after token 1 and after" not in flat(read("views/attention.py"))
     assert "state_caption(cfg, token)" in read("views/attention.py")

@@ -124,3 +124,15 @@ def test_loading_the_checkpoint_does_not_import_the_compiler():
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip().splitlines()[-1] == "False", out.stdout
+
+
+def test_piece_bytes_rebuild_the_text_and_display_pieces_name_split_characters():
+    from model.tokenizer import Tokenizer
+    tok = Tokenizer.load()
+    text = "naïve café: 日本語 🐱, ok"
+    ids = tok.encode(text)
+    assert b"".join(tok.piece_bytes(i) for i in ids) == text.encode("utf-8")     # the byte alphabet inverted
+    shown = tok.display_pieces(ids)
+    assert len(shown) == len(ids) and "\ufffd" not in "".join(shown)
+    cut = tok.encode("日")[:1]                                                     # a sequence cut inside 日
+    assert tok.display_pieces(cut) == [f"⟨{'日'.encode()[0]:02X}⟩"] or tok.display_pieces(cut) == ["日"]

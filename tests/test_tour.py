@@ -119,3 +119,13 @@ def test_by_slug():
     assert by_slug("qb").term == "Quantile Balancing (QB)"
     assert by_slug(" MXFP4 ").slug == "mxfp4"
     assert by_slug("unknown") is None and by_slug(None) is None
+
+
+def test_the_tour_follows_the_sidebar_and_the_first_page_starts_it():
+    """The tour's order differed from the sidebar's and nothing on the first page started it."""
+    assert [s.url_path for s in TOUR] == [p.url_path for p in PAGES]
+    from tests.conftest import open_app_page
+    at = open_app_page(PAGES[0].path)
+    links = [el for el in at.get("page_link")]
+    starts = [el for el in links if "Start the guided tour" in el.proto.label]
+    assert len(starts) == 1 and starts[0].proto.label.endswith(TOUR[1].title)

@@ -22,6 +22,7 @@ from app.attention import (
     metric_label,
     mla_cache_rows,
     mla_measured_caption,
+    read_so_far,
     stack_alt,
     stack_caption,
     state_caption,
@@ -37,7 +38,9 @@ DECODE_STEPS = 3
 KDA_LAYERS = [i for i, t in enumerate(tiny.layer_types) if t == "kda"]
 MLA_LAYERS = [i for i, t in enumerate(tiny.layer_types) if t == "mla"]
 view = state.page(
-    *ui.PROMPT, ui.TOKEN,
+    *ui.PROMPT,
+    # this page's own position in the prompt (how far the model has read), not the token the other pages share
+    state.Index("read", None, "tokens read so far"),
     state.Choice("kda", 44, "KDA layer", options=tuple(KDA_LAYERS)),
     state.Int("head", 0, "KDA head", lo=0, hi=tiny.kda_heads - 1),
     state.Choice("mla", 47, "MLA layer", options=tuple(MLA_LAYERS)),
@@ -70,8 +73,8 @@ def live_section() -> None:
         head = view.draw(c2.segmented_control, "head", "KDA head", list(range(cfg.kda_heads)),
                          format_func=lambda h: f"head {h}")
         mla_layer = view.draw(c3.select_slider, "mla", "MLA layer", MLA_LAYERS)
-        token = 1 + (ui.token_index(view, prompt.ids, st.select_slider, "Tokens read so far", list(range(T)),
-                                    format_func=lambda i: str(i + 1)) if T > 1 else 0)
+        token = (view.draw(st.select_slider, "read", "Tokens read so far", list(range(1, T + 1)),
+                           options=range(1, T + 1), default=T, follow=True) if T > 1 else 1)
         st.caption("Reading: " + " ".join(f"`{token_text(p)}`" if i < token else "·" for i, p in
                                            enumerate(prompt.pieces[:token + 8])) + (" …" if T > token + 8 else ""))
 
@@ -84,7 +87,7 @@ def live_section() -> None:
         left, right = st.columns(2)
         with left:
             ui.vega_chart(state_spec(states[token - 1], zmax, f"KDA layer {kda_layer}, head {head}: state after "
-                                     f"token {token}"),
+                                     f"{read_so_far(token)}"),
                           state_caption(cfg, token),
                           alt="Heatmap of one KDA head's key-by-value state matrix after the chosen token.", key="att_state")
             kda_numel = out.cache.layers[kda_layer].numel()
@@ -95,7 +98,8 @@ def live_section() -> None:
                        f"chunked kernel left in the cache (max difference {traj.final_error:.1e}).")
         with right:
             ui.vega_chart(cache_spec(rows, token, cfg.kv_lora_rank, list(prompt.pieces),
-                                     f"MLA layer {mla_layer}: latent cache after token {token}", st.context.theme.type),
+                                     f"MLA layer {mla_layer}: latent cache after {read_so_far(token)}",
+                                     st.context.theme.type),
                           cache_caption(cfg, full, token),
                           alt="Heatmap of an MLA layer's latent cache, one row per token read so far.", key="att_cache")
             st.caption(mla_measured_caption(cfg, out.cache.layers[mla_layer].numel(), T))

@@ -18,6 +18,7 @@ from app.depth import (
     ratios_note,
     retrieval,
 )
+from app.routing import chip_labels
 from app.text import fmt_bytes, fmt_int, token_text
 from model.attnres import block_sizes, vectors_alive
 from model.config import K3Config
@@ -106,16 +107,17 @@ with prompt_box:
         T = len(prompt.ids)
         c1, c2 = st.columns([3, 2])
         with c1:
-            token = 1 + (ui.token_index(view, prompt.ids, st.select_slider, "Token", list(range(T)),
-                                        format_func=lambda i: str(i + 1)) if T > 1 else 0)
+            chips = chip_labels(prompt.pieces)
+            token = ui.token_index(view, prompt.ids, st.pills, "Token: click one to see its reads over depth",
+                                   list(range(T)), format_func=chips.__getitem__, help=ui.TOKEN_HELP)
         mode = view.draw(c2.segmented_control, "mode", "AttnRes", ["Block", "Full"],
                          format_func={"Block": "Block (the live model)", "Full": "Full (same weights)"}.get)
         out = out_block if mode == "Block" else out_full
-        z, rows, cols = depth_matrix(out, token - 1)
+        z, rows, cols = depth_matrix(out, token)
         bsize = lv.model.cfg.attnres_block_size
         ui.vega_chart(depth_heatmap_spec(z, rows, cols, boundary_rows(rows, bsize),
                                          boundary_rows(cols, bsize) if mode == "Full" else [],
-                                         f"Token {token} “{token_text(prompt.pieces[token - 1])}”: {len(rows)} reads x "
+                                         f"Token at position {token} “{token_text(prompt.pieces[token])}”: {len(rows)} reads x "
                                          f"{len(cols)} sources"),
                       ("Each row is one read (before that module runs) and sums to 1 over its sources. In Block mode the "
                        "columns are the embedding, the sealed blocks and the running partial sum of the current block, "
@@ -129,7 +131,8 @@ with prompt_box:
                       + f"Dotted lines: block boundaries (every {bsize} layers).",
                       alt="Heatmap of depth-attention weights: rows are reads, columns are the sources each read sees.",
                       key="ar_heatmap")
-        st.caption(f"Token shown: `{token_text(prompt.pieces[token - 1])}` (position {token} of {T}).")
+        st.caption(f"Token shown: `{token_text(prompt.pieces[token])}`, at position {token} of 0–{T - 1} (positions "
+                   "count from 0, like layers and experts).")
 
 # ---- retrieval -------------------------------------------------------------------------------------
 @st.fragment
@@ -152,10 +155,10 @@ def retrieval_section() -> None:
             source = reader - 1
         heading.subheader(f"Can layer {reader} retrieve what layer {source} computed?")
         read = f"L{reader}.{module}"
-        profiles = {"Full": retrieval(out_full, read, token - 1), "Block": retrieval(out_block, read, token - 1)}
+        profiles = {"Full": retrieval(out_full, read, token), "Block": retrieval(out_block, read, token)}
         ui.vega_chart(retrieval_spec(profiles, source, reader, st.context.theme.type),
                       f"How much of each earlier layer's output the read before layer {reader}'s "
-                      f"{'attention' if module == 'attn' else 'FFN'} mixes in, for token {token}"
+                      f"{'attention' if module == 'attn' else 'FFN'} mixes in, for the token at position {token}"
                       + ("" if module == "attn" else
                          f" (before the FFN, layer {reader}'s own attention output is a source too, drawn at {reader})")
                       + ". Full: the softmax weights "

@@ -405,7 +405,8 @@ def layer_view(prompt, token: int, settings: rt.Rerouting, nav, left, below):
                           f"Each square is one routed expert, 28 per row; each band of 4 rows holds 112 experts (shard 0 "
                           f"holds experts 0–111, shard 1 112–223, …). {SHARD_NOTE}. The {n_chosen} outlined, glowing squares "
                           "are the experts this token uses here"
-                          + (" (colour: the router's probability for this token)." if colour_by == "probability" else
+                          + (f" (colour: the router's probability for this token{rt.brighter_note(grid)})."
+                             if colour_by == "probability" else
                              f" (colour: how many tokens of the whole prompt chose each expert: {rt.load_ranges(grid)}).")
                           + " Crossed: knocked out; ringed: the expert in the panel below. Point at a square for its "
                             "numbers; click one to open it in the panel.",
