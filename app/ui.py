@@ -483,9 +483,25 @@ BROWSER_GUARDS_HTML = """
 """
 
 
+# Nothing stale looks current. While a run computes, Streamlit marks what it will replace as stale and fades it
+# to a third over about a second, so for that second a number from the previous setting reads as the answer to
+# the new one. Here the old result goes dim in one step once a run has taken 0.3 s (a quick answer replaces it
+# without a flicker) and comes back at once; the run's own spinner says what is being computed. A chart's
+# toolbar (PNG, fullscreen) opens over the chart's own top corner, not above it, where it covered the heading or
+# the control over the chart.
+STALE_CSS = """
+<style id="k3-stale">
+[data-stale="true"] { opacity: 0.25 !important; transition: opacity 0.1s linear 0.3s !important; }
+[data-stale="false"] { transition: none !important; }
+[data-testid="stElementContainer"]:has(.vega-embed) [data-testid="stElementToolbar"] { top: 0 !important; }
+</style>
+"""
+
+
 def browser_guards() -> None:
-    """The two guards above (same-page history entries replaced; half characters mended), on every page."""
-    st.html(BROWSER_GUARDS_HTML, unsafe_allow_javascript=True)
+    """The two guards above (same-page history entries replaced; half characters mended) and the stale style, on
+    every page."""
+    st.html(BROWSER_GUARDS_HTML + STALE_CSS, unsafe_allow_javascript=True)
 
 
 def share_box() -> None:

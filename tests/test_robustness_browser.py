@@ -92,3 +92,20 @@ def test_a_sessions_first_page_paints_at_once(server, browser):
         assert page.locator('[data-testid="stMain"] [data-testid="stAlert"]').filter(has_text="Opening").count() == 0
     finally:
         ctx.close()
+
+
+def test_a_stale_result_goes_dim_at_once_and_comes_back_at_once(server, page):
+    """After switching the Quantization lab's experiment, the old metrics stayed at full strength for about a
+    second (Streamlit fades what it will replace slowly), so a student read the old numbers as the new ones."""
+    page.goto(server + "moe-vs-moa")
+    settle(page)
+    page.evaluate("""() => { const d = document.createElement('div'); d.id = 'k3-probe'; d.textContent = '70.4%';
+                              d.setAttribute('data-stale', 'false');
+                              document.querySelector('[data-testid="stMain"]').appendChild(d); }""")
+    opacity = "() => parseFloat(getComputedStyle(document.getElementById('k3-probe')).opacity)"
+    page.evaluate("document.getElementById('k3-probe').setAttribute('data-stale', 'true')")
+    page.wait_for_timeout(700)
+    assert page.evaluate(opacity) <= 0.3                   # dim well within a second, not faded over one
+    page.evaluate("document.getElementById('k3-probe').setAttribute('data-stale', 'false')")
+    page.wait_for_timeout(50)
+    assert page.evaluate(opacity) == 1.0                   # the new result at full strength at once

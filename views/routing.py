@@ -247,7 +247,7 @@ def explorer(prompt) -> None:
                            "because their input changed.")
             st.button("Reset routing", key="routing_reset", on_click=reset_routing, icon=":material/restart_alt:")
             said = st.container()                             # the settings in words, and notes (the results')
-        sparsity = st.container()
+    sparsity = st.container()                  # full width under both columns: no empty area left of it
     boxes = Boxes(nav, left, routing_top, routing_scope, said, sparsity, *(st.container() for _ in range(4)))
     results(prompt, boxes)
 
@@ -293,8 +293,11 @@ def results(prompt, boxes: Boxes) -> None:
     sp = rt.sparsity(settings, layer, cfg)
     with boxes.sparsity:
         st.markdown("**Sparsity with these settings** (computed by the parameter accounting)")
+        c_k, c_w, c_a = st.columns(3, gap="medium")
+    with c_k:
         st.metric("Experts per token", f"{sp['k']} of {E}", help="routed experts a token visits in one layer")
         st.caption(f"{sp['routed_share']:.1%} of the routed experts: sparsity {sp['sparsity']:.1f}x")
+    with c_w:
         st.metric("Expert weights used", f"{sp['expert_share_live']:.1%}",
                   help="per MoE layer, by weight: the weights of the k routed and 2 shared experts a token uses over "
                        "those of all 896 routed and 2 shared experts. A shared expert works on the full-width token "
@@ -302,6 +305,7 @@ def results(prompt, boxes: Boxes) -> None:
                        f"shared expert holds {sp['shared_per_routed_full']:g}x a routed expert's weights (the live "
                        "instance keeps the same ratio).")
         st.caption(f"per layer, live instance; {sp['expert_share_full']:.1%} at K3 scale")
+    with c_a:
         st.metric("Active parameters per token at K3 scale", fmt_params(sp["full_active"]),
                   help=f"K3's accounting with k = {sp['k']} in the {sp['layers']} layers this change applies to "
                        "and 16 elsewhere.")
