@@ -1,5 +1,6 @@
-"""K3 Explorer: entry point. Navigation over views/, shared sidebar (link to this view, presenter mode,
-download format). Embedded (`?embed=true`), a page shows alone: no navigation and no sidebar."""
+"""K3 Explorer: entry point. Navigation over views/, the shared sidebar (link to this view, presenter mode), the
+instance banner and link notices above every page. Embedded (`?embed=true`), a page shows alone: no navigation
+and no sidebar."""
 import streamlit as st
 
 from app import state, ui, warm

@@ -1,5 +1,5 @@
 """Streamlit building blocks shared by every page: header, chart with caption and downloads, URL
-notices, the prompt box, and the shared sidebar (link to this view, presenter mode, download format)."""
+notices, the prompt box, the shared sidebar (link to this view, presenter mode) and the browser guards."""
 from __future__ import annotations
 
 import weakref
