@@ -257,7 +257,8 @@ TERMS: tuple[Term, ...] = (
     Term("Sign rule", "sign-rule",
          "DeepSeek-V3's bias update: after each batch, b_j ← b_j + γ·sign(mean load − load_j), with γ = 0.001: "
          "a fixed small step toward balance for every expert.",
-         "It is a SignSGD step on the same objective that Quantile Balancing minimises exactly, so with many "
+         "It is a SignSGD step on the same objective that Quantile Balancing minimises exactly (K3 report App. C), so "
+         "with many "
          "experts it needs many steps, and a large γ overshoots.",
          "balance", source="DeepSeek-V3, arXiv 2412.19437; K3 report sec 2.3.3 writes it in its text (no number)"),
     # ---- precision ----------------------------------------------------------------------------------------
