@@ -2,11 +2,14 @@
 
 A page declares its controls once, at its top:
 
-    view = state.page(state.Int("layer", 46, 0, 92, "layer"), state.Flag("bias", True, "balancing bias"), ...)
+    view = state.page(state.Int("layer", 46, "layer", lo=0, hi=92), state.Flag("bias", True, "balancing bias"), ...)
 
-and draws each with the Streamlit widget it wants:
+and draws each with the Streamlit widget it wants, once; the widget's range comes from the declaration (a
+slider's lo and hi, a Choice's options), so it is not written twice:
 
-    layer = view.draw(st.slider, "layer", "Layer", 0, 92)
+    layer = view.draw(st.slider, "layer", "Layer")
+
+A range that depends on the page now (the prompt's tokens) is given where the control is drawn.
 
 A control is a link parameter with a default, a range and the notice that a bad link value gets. The
 declaration registers the parameter (a link parameter no control declares is reported and dropped), reads
@@ -45,6 +48,7 @@ APP_PARAMS = frozenset({"embed", "embed_options", "present"})
 EMBED_OPTIONS = frozenset({"show_toolbar", "show_padding", "disable_scrolling", "light_theme", "dark_theme",
                            "hide_loading_screen", "show_loading_screen_v1", "show_loading_screen_v2"})
 _INT = re.compile(r"^[+-]?\d{1,9}$")
+_OPTION_WIDGETS = {"select_slider", "segmented_control", "pills", "selectbox", "radio"}   # take (label, options)
 _TRUE, _FALSE = {"1", "true", "on", "yes"}, {"0", "false", "off", "no"}
 
 
@@ -79,6 +83,11 @@ class Control:
         """The stored form of a value (e.g. a set of experts kept sorted)."""
         return value
 
+    def widget_range(self, widget: str) -> tuple:
+        """The positional range a widget of this name takes, read from the declaration (so a draw call does not
+        repeat it): (lo, hi) for a slider of an Int, the options for a Choice. () when it has none."""
+        return ()
+
     def fit(self, value, options: Sequence | None):
         """The value moved into `options` (a range that depends on the page, e.g. the prompt's tokens)."""
         if options is None or value in options:
@@ -99,6 +108,9 @@ def _nearest(value, options: list, fallback):
 class Int(Control):
     lo: int = 0
     hi: int = 0
+
+    def widget_range(self, widget: str) -> tuple:
+        return (self.lo, self.hi) if widget == "slider" else ()
 
     def parse(self, raw, whose: str = "The link's", hi: int | None = None):
         """`hi`: a tighter upper end that the page knows now (the blocks of the matrix shown)."""
@@ -133,6 +145,9 @@ class Index(Control):
 class Choice(Control):
     """One of a fixed list: names (matched without case) or numbers (the nearest is taken)."""
     options: tuple = ()
+
+    def widget_range(self, widget: str) -> tuple:
+        return (list(self.options),) if widget in _OPTION_WIDGETS else ()
 
     def parse(self, raw):
         raw_s = str(raw).strip()
@@ -350,6 +365,8 @@ class View:
         panel, which shows the token's first expert of each layer until an expert is picked). Returns the
         control's value."""
         c = self.controls[param]
+        if not args:
+            args = c.widget_range(getattr(widget, "__name__", ""))
         store = _store(self._ns(c))
         value = store.get(param)
         following = follow and value is None

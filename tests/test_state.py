@@ -132,3 +132,24 @@ def test_a_control_is_written_to_the_link_and_back(page, key, value):
     assert params(at)[param] == str(value)
     fresh = open_app_page(page, params(at))
     assert fresh.slider(key=key).value == value
+
+
+def test_a_draw_takes_its_range_from_the_declaration():
+    """A control's range was written twice, in the declaration and in the widget call (66 calls)."""
+    assert state.Int("layer", 46, "layer", lo=0, hi=92).widget_range("slider") == (0, 92)
+    assert state.Choice("n", 896, "experts", options=(16, 896)).widget_range("select_slider") == ([16, 896],)
+    assert state.Choice("mode", "a", "mode", options=("a", "b")).widget_range("segmented_control") == (["a", "b"],)
+    assert state.Flag("bias", True, "bias").widget_range("toggle") == ()
+    import ast
+    from tests.conftest import ROOT
+    repeated = []
+    for f in sorted((ROOT / "views").glob("*.py")):
+        for node in ast.walk(ast.parse(f.read_text(encoding="utf-8"))):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "draw"
+                    and len(node.args) > 3 and isinstance(node.args[0], ast.Attribute)
+                    and node.args[0].attr in ("slider", "select_slider", "segmented_control", "pills")
+                    and all(isinstance(a, (ast.Constant, ast.Name)) for a in node.args[3:])
+                    and not any(k.arg == "options" for k in node.keywords)):
+                repeated.append((f.name, node.lineno, ast.unparse(node.args[1])))
+    # what is left passes a range that depends on the page now (the prompt's tokens, the steps a run may take)
+    assert len(repeated) <= 2, repeated

@@ -69,10 +69,10 @@ def live_section() -> None:
     if prompt is not None:
         T = len(prompt.ids)
         c1, c2, c3 = st.columns(3)
-        kda_layer = view.draw(c1.select_slider, "kda", "KDA layer", KDA_LAYERS)
+        kda_layer = view.draw(c1.select_slider, "kda", "KDA layer")
         head = view.draw(c2.segmented_control, "head", "KDA head", list(range(cfg.kda_heads)),
                          format_func=lambda h: f"head {h}")
-        mla_layer = view.draw(c3.select_slider, "mla", "MLA layer", MLA_LAYERS)
+        mla_layer = view.draw(c3.select_slider, "mla", "MLA layer")
         token = (view.draw(st.select_slider, "read", "Tokens read so far", list(range(1, T + 1)),
                            options=range(1, T + 1), default=T, follow=True) if T > 1 else 1)
         st.caption("Reading: " + " ".join(f"`{token_text(p)}`" if i < token else "·" for i, p in
@@ -122,8 +122,8 @@ live_section()
 def memory_section() -> None:
     st.subheader("Memory vs context length at K3 scale")
     c1, c2 = st.columns(2)
-    context = view.draw(c1.select_slider, "ctx", "Context length (tokens)", CONTEXTS, format_func=fmt_tokens)
-    batch = view.draw(c2.slider, "batch", "Batch (sequences decoded together)", 1, 256)
+    context = view.draw(c1.select_slider, "ctx", "Context length (tokens)", format_func=fmt_tokens)
+    batch = view.draw(c2.slider, "batch", "Batch (sequences decoded together)")
     laws = designs(full)
     ui.vega_chart(cached_spec("memory", st.context.theme.type, context, batch), memory_caption(full, batch),
                   alt="Log-log chart of decode-cache bytes against context length for K3's hybrid, all-MLA and all-MHA.",

@@ -51,8 +51,8 @@ ui.page_header(
 # ---- link counts -----------------------------------------------------------------------------------
 st.subheader("How many links does depth attention cost?")
 c1, c2 = st.columns([3, 2])
-count_view = view.draw(c1.segmented_control, "view", "Count", list(VIEWS), format_func=lambda v: VIEWS[v]["label"])
-bs = view.draw(c2.slider, "bs", "Block size (layers per block)", 1, L)
+count_view = view.draw(c1.segmented_control, "view", "Count", format_func=lambda v: VIEWS[v]["label"])
+bs = view.draw(c2.slider, "bs", "Block size (layers per block)")
 series = link_series(bs, count_view)
 ui.vega_chart(cached_spec("links", bs, count_view, L, theme_type=st.context.theme.type),
               "A link is one candidate source in one read. " + growth_note(bs, count_view)
@@ -110,7 +110,7 @@ with prompt_box:
             chips = chip_labels(prompt.pieces)
             token = ui.token_index(view, prompt.ids, st.pills, "Token: click one to see its reads over depth",
                                    list(range(T)), format_func=chips.__getitem__, help=ui.TOKEN_HELP)
-        mode = view.draw(c2.segmented_control, "mode", "AttnRes", ["Block", "Full"],
+        mode = view.draw(c2.segmented_control, "mode", "AttnRes",
                          format_func={"Block": "Block (the live model)", "Full": "Full (same weights)"}.get)
         out = out_block if mode == "Block" else out_full
         z, rows, cols = depth_matrix(out, token)
@@ -144,9 +144,9 @@ def retrieval_section() -> None:
         st.info("Type a prompt above to ask the live model.", icon=":material/edit_note:")
     else:
         c1, c2, c3 = st.columns([5, 5, 4])
-        reader = view.draw(c1.slider, "reader", "Reading layer", 1, L - 1)
-        source = view.draw(c2.slider, "source", "Earlier layer", 0, L - 2)
-        module = view.draw(c3.segmented_control, "module", "Read", ["attn", "ffn"],
+        reader = view.draw(c1.slider, "reader", "Reading layer")
+        source = view.draw(c2.slider, "source", "Earlier layer")
+        module = view.draw(c3.segmented_control, "module", "Read",
                            format_func={"attn": "before attention", "ffn": "before FFN"}.get)
         if source >= reader:
             why = "it is the reading layer itself" if source == reader else "it runs later"

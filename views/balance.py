@@ -66,25 +66,25 @@ view = state.page(
     state.Flag("sort", False, "sorted"),
     prefix="bal",
 )
-source = view.draw(st.segmented_control, "src", "Router scores", list(SOURCES), format_func=SOURCES.get)
+source = view.draw(st.segmented_control, "src", "Router scores", format_func=SOURCES.get)
 c1, c2, c3, c4 = st.columns(4)
-n = view.draw(c1.select_slider, "n", "Experts n", EXPERTS)
-k = view.draw(c2.slider, "k", "Top-k", 1, 32)
-m = view.draw(c3.select_slider, "m", "Tokens per batch m", TOKENS)
+n = view.draw(c1.select_slider, "n", "Experts n")
+k = view.draw(c2.slider, "k", "Top-k")
+m = view.draw(c3.select_slider, "m", "Tokens per batch m")
 max_steps = steps_within_budget(m, n)
 steps = view.draw(c4.slider, "steps", "Steps", 1, max_steps, options=range(1, max_steps + 1))
 c1, c2, c3, c4 = st.columns(4)
-gamma = view.draw(c1.select_slider, "gamma", "Sign rule step γ", GAMMAS,
+gamma = view.draw(c1.select_slider, "gamma", "Sign rule step γ",
                   help="DeepSeek-V3 (arXiv 2412.19437) set γ = 0.001 for most of its pre-training.")
-aux = view.draw(c2.select_slider, "aux", "Auxiliary-loss coefficient α", AUX,
+aux = view.draw(c2.select_slider, "aux", "Auxiliary-loss coefficient α",
                 help="Scales the gradient step on the router's per-expert logit offsets (learning rate 1).")
-bins = view.draw(c3.select_slider, "bins", "QB histogram bins", BINS)
+bins = view.draw(c3.select_slider, "bins", "QB histogram bins")
 if source == "synthetic":
-    skew = view.draw(c4.select_slider, "skew", "Skew of expert popularity", SKEWS,
+    skew = view.draw(c4.select_slider, "skew", "Skew of expert popularity",
                      help="Logit of token i for expert j: noise N(0,1) + skew × a fixed popularity N(0,1) of j.")
     layer = view["layer"]
 else:
-    layer = view.draw(c4.select_slider, "layer", "Live MoE layer", MOE_LAYERS)
+    layer = view.draw(c4.select_slider, "layer", "Live MoE layer")
     skew = view["skew"]
 
 if max_steps < 30:
@@ -144,7 +144,7 @@ def step_sections() -> None:
     st.subheader("Load per expert at one step")
     c1, c2, c3 = st.columns([3, 3, 1])
     step = view.draw(c1.slider, "step", "Step", 1, steps, options=range(1, steps + 1), default=steps) if steps > 1 else 1
-    method = view.draw(c2.selectbox, "view", "Method", list(METHODS), format_func=LABELS.get)
+    method = view.draw(c2.selectbox, "view", "Method", format_func=LABELS.get)
     sort = view.draw(c3.toggle, "sort", "Sorted", help="Sort the experts by load.")
     load = runs[method].loads[step - 1]
     row = table[(table["method"] == LABELS[method]) & (table["step"] == step)].iloc[0]

@@ -85,7 +85,7 @@ def inside() -> None:
                            help=ui.TOKEN_HELP)
     c_layer, c_prev, c_next = st.columns([8, 1, 1], vertical_alignment="bottom")
     with c_layer:
-        layer = view.draw(st.slider, "layer", "Layer", 0, LAST,
+        layer = view.draw(st.slider, "layer", "Layer",
                           help="0-based, as in the code: MLA at 3, 7, 11, … 91 and 92; layer 0's FFN is dense")
     c_prev.button("Back", icon=":material/chevron_left:", key="layer_prev", on_click=step_layer, args=(-1,),
                   width="stretch", disabled=layer == 0, help="previous layer")
@@ -104,7 +104,7 @@ def inside() -> None:
         forward(prompt.ids)
         data = ly.cached_layer(prompt.ids, layer)
     steps = ly.walk(data, token, cfg, pieces)
-    part = view.draw(st.segmented_control, "part", "Show the steps of", list(ly.VIEWS),
+    part = view.draw(st.segmented_control, "part", "Show the steps of",
                      format_func=lambda v: ly.VIEWS[v][0],
                      help="the table lists every step; the steps of the part you pick are drawn below it in full")
     shown = set(ly.VIEWS[part][1])

@@ -56,14 +56,14 @@ match = view.draw(c2.toggle, "match", "Match K3's size",
                   help="On: each agent has K3's total / N parameters, so the N agents hold as much as K3.")
 if match:
     view.set("size", matched_size(n))
-size = view.draw(c3.slider, "size", "Agent size (billions of parameters)", lo, hi, disabled=match,
+size = view.draw(c3.slider, "size", "Agent size (billions of parameters)", disabled=match,
                  help=f"At least {lo}B: every agent carries K3's attention stack, embedding and head.")
 c1, c2, c3, c4 = st.columns(4)
-context = view.draw(c1.select_slider, "context", "Prompt length (context)", CONTEXTS, format_func=fmt_tokens)
-output = view.draw(c2.select_slider, "out", "Answer length (tokens)", OUTPUTS)
-bw = view.draw(c3.select_slider, "bw", "Memory bandwidth (TB/s)", BANDWIDTHS,
+context = view.draw(c1.select_slider, "context", "Prompt length (context)", format_func=fmt_tokens)
+output = view.draw(c2.select_slider, "out", "Answer length (tokens)")
+bw = view.draw(c3.select_slider, "bw", "Memory bandwidth (TB/s)",
                help="Default 4.8 TB/s: one NVIDIA H200 (published by NVIDIA).")
-prec = view.draw(c4.segmented_control, "prec", "Agents' weights", list(PRECISIONS), format_func=PRECISION_NAMES.get,
+prec = view.draw(c4.segmented_control, "prec", "Agents' weights", format_func=PRECISION_NAMES.get,
                  help="Bits per weight of the dense agents: bf16 16, FP8 8, MXFP4 4.25.")
 
 s = scenario(n, size, context, output, bw, prec)

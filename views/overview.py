@@ -45,7 +45,7 @@ ui.vega_chart(stack_spec(stack, len(cfg.attnres_blocks), st.context.theme.type),
 @st.fragment
 def breakdown_section() -> None:
     st.subheader("Where the parameters are")
-    which = view.draw(st.segmented_control, "count", "Count", ["total", "active"],
+    which = view.draw(st.segmented_control, "count", "Count",
                       format_func={"total": "stored weights", "active": "used per token"}.get)
     bd = breakdown(cfg)
     ui.vega_chart(breakdown_spec(bd, which or "total", st.context.theme.type), breakdown_caption(bd, cfg),

@@ -48,8 +48,8 @@ lv = lv_mod.live()
 cfg = lv.model.cfg
 n = cfg.n_routed_experts
 c1, c2 = st.columns([3, 2])
-G = view.draw(c1.select_slider, "g", "Devices G (divisors of 896)", DIVISORS)
-assign = view.draw(c2.segmented_control, "assign", "Tokens start on devices by", list(ASSIGN), format_func=ASSIGN.get)
+G = view.draw(c1.select_slider, "g", "Devices G (divisors of 896)")
+assign = view.draw(c2.segmented_control, "assign", "Tokens start on devices by", format_func=ASSIGN.get)
 per = n // G
 c1, c2, c3 = st.columns(3)
 c1.metric("Experts per device", f"{per}",
@@ -92,7 +92,7 @@ ui.vega_chart(fanout_spec(fan, G, cfg.top_k, expected_fanout(n, cfg.top_k, G)),
 def layer_sections() -> None:
     st.subheader("The all-to-all traffic matrix")
     c1, c2 = st.columns([3, 2])
-    layer = view.draw(c1.select_slider, "layer", "MoE layer", cfg.moe_layers)
+    layer = view.draw(c1.select_slider, "layer", "MoE layer")
     dedup = view.draw(c2.toggle, "dedup", "One copy per destination device",
                       help="Off: one row per (token, expert) pair, as this page's real run sends. On: a token's vector "
                            "goes once to a device however many of its experts live there.")
@@ -133,7 +133,7 @@ def layer_sections() -> None:
         "and combines them. The gathered output is compared with the same layer run in this one process.")
     default_run = G if G in RUNNABLE else 8
     c1, c2 = st.columns([3, 2])
-    G_run = view.draw(c1.select_slider, "run_g", "Processes", RUNNABLE, default=default_run,
+    G_run = view.draw(c1.select_slider, "run_g", "Processes", default=default_run,
                       help="Divisors of 896 up to 8, one process each on this machine.")
     if G not in RUNNABLE:
         st.caption(f"{G} devices is more processes than this machine runs; the real run uses up to 8.")

@@ -80,13 +80,12 @@ def block_sections() -> None:
     theme_type = st.context.theme.type          # read here: a fragment's rerun does not rerun the page
     st.subheader("How a block of 32 picks its scale")
     c1, c2 = st.columns([3, 2])
-    source = view.draw(c1.segmented_control, "source", "Block from", list(SOURCES), format_func=SOURCES.get)
-    fmt = view.draw(c2.segmented_control, "fmt", "Format", list(FORMAT_NAMES), format_func=FORMAT_NAMES.get)
-    moe_layers = cfg.moe_layers
+    source = view.draw(c1.segmented_control, "source", "Block from", format_func=SOURCES.get)
+    fmt = view.draw(c2.segmented_control, "fmt", "Format", format_func=FORMAT_NAMES.get)
     n_blocks = blocks_per_tensor(model, "routed" if source == "example" else source)
     c1, c2, c3, c4 = st.columns([3, 2, 1, 1])
-    layer = view.draw(c1.select_slider, "layer", "MoE layer", moe_layers)
-    matrix = view.draw(c2.segmented_control, "matrix", "Matrix", list(MATRICES), disabled=source == "example")
+    layer = view.draw(c1.select_slider, "layer", "MoE layer")
+    matrix = view.draw(c2.segmented_control, "matrix", "Matrix", disabled=source == "example")
     with c3:
         expert = view.draw_number("expert", f"Expert (0–{cfg.n_routed_experts - 1})", disabled=source != "routed")
     with c4:
@@ -177,7 +176,7 @@ def behaviour_section() -> None:
         "them to compare with. Each experiment changes one thing and compares with the same **reference: the weights "
         "as stored, activations in float32** (`forward(quant=False)`).")
     prompt = ui.prompt_input(view)
-    variant = view.draw(st.segmented_control, "variant", "Experiment", list(VARIANTS), format_func=VARIANTS.get)
+    variant = view.draw(st.segmented_control, "variant", "Experiment", format_func=VARIANTS.get)
     st.caption(f"**What is compared:** {VARIANT_HOW[variant]}")
     if prompt is not None:
         with st.spinner("Running the live model twice on the prompt and on the held-out sample…"):

@@ -276,12 +276,12 @@ def results(prompt, boxes: Boxes) -> None:
     piece = prompt.pieces[token]
     layer = view["layer"]
     with boxes.routing_top:
-        view.draw(st.slider, "k", "Experts per token (top-k)", 1, rt.MAX_TOP_K, disabled=view["dense"])
+        view.draw(st.slider, "k", "Experts per token (top-k)", disabled=view["dense"])
         view.draw(st.toggle, "bias", "Balancing bias (selection only)",
                   help="Quantile Balancing's bias is added to the scores to pick experts; the output "
                        "weights always use the raw scores")
     with boxes.routing_scope:
-        scope = view.draw(st.radio, "scope", "Apply the change at", list(rt.SCOPES), format_func=rt.SCOPES.get,
+        scope = view.draw(st.radio, "scope", "Apply the change at", format_func=rt.SCOPES.get,
                           horizontal=True)
     settings, notes = current_settings()
     with boxes.said:
@@ -372,7 +372,7 @@ def layer_view(prompt, token: int, settings: rt.Rerouting, nav, left, below):
     T = len(prompt.ids)
     piece = prompt.pieces[token]
     with nav:
-        layer = view.draw(st.slider, "layer", "Layer", 0, LAST, on_change=layer_moved,
+        layer = view.draw(st.slider, "layer", "Layer", on_change=layer_moved,
                           help="0 is the dense layer; 1–92 are mixture-of-experts layers")
         c_prev, c_next, c_play, c_colour = st.columns([2, 2, 2, 5], vertical_alignment="bottom")
         c_prev.button("Back", icon=":material/chevron_left:", key="routing_prev", help="previous layer",
@@ -383,7 +383,7 @@ def layer_view(prompt, token: int, settings: rt.Rerouting, nav, left, below):
             view.draw(st.toggle, "play", "Play", on_change=on_play,
                       help="step the token through the layers, about one per second")
         with c_colour:
-            colour_by = view.draw(st.segmented_control, "colour", "Colour the grid by", list(rt.COLOURINGS),
+            colour_by = view.draw(st.segmented_control, "colour", "Colour the grid by",
                                   format_func={"probability": "probability", "load": "load"}.get,
                                   help="the router's probability for this token, or how many tokens of "
                                        "the whole prompt chose each expert")

@@ -75,8 +75,8 @@ def panels_width() -> int:
 def curves_section() -> None:
     st.subheader("The curves")
     c1, c2, c3 = st.columns([2, 2, 1])
-    R = view.draw(c1.slider, "range", "Range of g and u: ±", 1, 1000, help="The x axis runs from -R to R.")
-    up = view.draw(c2.slider, "up", "Up value u for the output curve", -1000, 1000)
+    R = view.draw(c1.slider, "range", "Range of g and u: ±", help="The x axis runs from -R to R.")
+    up = view.draw(c2.slider, "up", "Up value u for the output curve")
     full = view.draw(c3.toggle, "full", "Full y range", help="Off: the y axis stops just past 448, so SwiGLU leaves the "
                                                               "chart. On: the whole of SwiGLU's range.")
     df = cached_curves(float(R), float(up))
@@ -107,7 +107,7 @@ curves_section()
 @st.fragment
 def plane_section() -> None:
     st.subheader("Both functions over the whole gate × up plane")
-    plane = view.draw(st.select_slider, "plane", "Plane range: g and u from − to +", PLANES)
+    plane = view.draw(st.select_slider, "plane", "Plane range: g and u from − to +")
     grid = cached_grid(float(plane))
     ui.vega_chart(grid_spec(grid, panels_width()),
                   f"Colour is the value on a signed log scale shared by both panels (g and u in ±{plane}). "
@@ -125,12 +125,11 @@ lv = lv_mod.live()
 cfg = lv.model.cfg
 prompt = ui.prompt_input(view)
 if prompt is not None:
-    moe_layers = cfg.moe_layers
     @st.fragment
     def live_experts() -> None:
         c1, c2 = st.columns(2)
-        layer = view.draw(c1.select_slider, "layer", "MoE layer", moe_layers)
-        hscale = view.draw(c2.select_slider, "hscale", "Scale the experts' W_gate and W_up by", HIST_SCALES,
+        layer = view.draw(c1.select_slider, "layer", "MoE layer")
+        hscale = view.draw(c2.select_slider, "hscale", "Scale the experts' W_gate and W_up by",
                            help="1 = the live weights. Larger values stand in for weights that grew in training.")
         with st.spinner("Running the live model and its experts…"):
             values = cached_hidden(prompt.ids, layer, float(hscale))
@@ -157,9 +156,9 @@ if prompt is not None:
     def chain_section() -> None:
         st.subheader("The chain experiment: why the routed path needed both fixes")
         c1, c2 = st.columns([3, 2])
-        cscale = view.draw(c1.select_slider, "chain", "Scale the routed path's weights by", CHAIN_SCALES,
+        cscale = view.draw(c1.select_slider, "chain", "Scale the routed path's weights by",
                            help="Multiplies W_down, the experts' W_gate, W_up and W_down, and W_up of every layer.")
-        metric = view.draw(c2.segmented_control, "metric", "Plot", ["max_h", "rms_out"],
+        metric = view.draw(c2.segmented_control, "metric", "Plot",
                            format_func={"max_h": "largest |hidden activation|", "rms_out": "RMS of the output"}.get)
         with st.spinner("Pushing the prompt through 92 routed paths, four ways…"):
             table = cached_chain(prompt.ids, float(cscale))
