@@ -141,6 +141,7 @@ def test_a_draw_takes_its_range_from_the_declaration():
     assert state.Choice("mode", "a", "mode", options=("a", "b")).widget_range("segmented_control") == (["a", "b"],)
     assert state.Flag("bias", True, "bias").widget_range("toggle") == ()
     import ast
+
     from tests.conftest import ROOT
     repeated = []
     for f in sorted((ROOT / "views").glob("*.py")):
