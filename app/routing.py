@@ -23,7 +23,7 @@ import streamlit as st
 import torch
 
 from app import assets
-from app.text import md_escape
+from app.text import md_escape, visible
 from model.accounting import count_params, glu
 from model.config import K3Config
 from model.k3 import K3Model, K3Output, RoutingOverride, RunOptions
@@ -396,24 +396,6 @@ def sparsity(settings: Rerouting, layer: int, live_cfg: K3Config) -> dict:
 
 
 # ---- safe display of token pieces ------------------------------------------------------------------
-
-_VISIBLE = {" ": "␣", "\n": "↵", "\t": "⇥", "\r": "␍"}
-
-
-def visible(piece: str) -> str:
-    """A token piece with whitespace and invisible characters made visible (for tables and plots)."""
-    if piece == "":
-        return "∅"
-    out = []
-    for ch in piece:
-        if ch in _VISIBLE:
-            out.append(_VISIBLE[ch])
-        elif not ch.isprintable():
-            out.append(f"⟨U+{ord(ch):04X}⟩")
-        else:
-            out.append(ch)
-    return "".join(out)
-
 
 def brighter_note(grid: pd.DataFrame) -> str:
     """Why an unchosen square can be brighter than a chosen one: the colour is the router's probability, the

@@ -82,13 +82,20 @@ def fmt_tokens(n: int) -> str:
     return str(n)
 
 
+_VISIBLE = {" ": "␣", "\n": "↵", "\t": "⇥", "\r": "␍"}
+
+
+def visible(piece: str) -> str:
+    """A token piece with whitespace and invisible characters made visible (the one display of a piece: chips,
+    tables, charts and captions all go through it)."""
+    if piece == "":
+        return "∅"
+    return "".join(_VISIBLE.get(ch) or (ch if ch.isprintable() else f"⟨U+{ord(ch):04X}⟩") for ch in str(piece))
+
+
 def token_text(piece: str, limit: int = 24) -> str:
-    """A token piece as visible plain text for a code span or a chart label: newlines and tabs shown as
-    symbols, other control characters dropped, backticks replaced (they would end a code span), capped."""
-    names = {"\n": "↵", "\t": "⇥", "\r": "␍"}
-    s = "".join(names.get(ch, ch) for ch in str(piece) if ch.isprintable() or ch in names).replace("`", "ˋ")
-    if not s.strip():
-        s = "␣" * max(1, len(s))
+    """visible(piece) for a Markdown code span: backticks replaced (they would end the span), capped."""
+    s = visible(piece).replace("`", "ˋ")
     return s[:limit] + ("…" if len(s) > limit else "")
 
 

@@ -20,6 +20,7 @@ from app.charts.routing import (
     grid_spec,
     predictions_spec,
 )
+from app.text import visible
 from model.accounting import count_params
 from model.config import K3Config
 from model.k3 import K3Model, K3Output, RoutingOverride, Trace
@@ -350,8 +351,8 @@ def test_active_params_follow_k():
 # ---- labels -----------------------------------------------------------------------------------------
 
 def test_labels_make_whitespace_visible_and_markup_inert():
-    assert rt.visible(" the") == "␣the" and rt.visible("\n") == "↵" and rt.visible("") == "∅"
-    assert rt.visible("\u202e") == "⟨U+202E⟩"
+    assert visible(" the") == "␣the" and visible("\n") == "↵" and visible("") == "∅"
+    assert visible("\u202e") == "⟨U+202E⟩"
     assert rt.chip_label("<script>") == r"\<script\>"
     assert rt.chart_label("<b>x</b>") == "<b>x</b>"             # canvas text: shown as typed, never markup
     assert rt.chart_label("\n" + "x" * 40) == "↵" + "x" * 23 + "…"
@@ -421,3 +422,12 @@ def test_the_grid_caption_says_why_an_unchosen_expert_can_be_brighter():
     note = rt.brighter_note(grid)
     assert "1 unchosen expert is brighter" in note and "bias" in note
     assert rt.brighter_note(grid.assign(chosen=[True, False, True, False])) == ""     # chosen by probability alone
+
+
+def test_one_display_of_a_piece_for_chips_tables_and_captions():
+    """app.text.token_text (captions) and app.routing.visible (tables, charts) disagreed: " the" kept a plain space
+    in one and showed ␣ in the other, and a zero-width space vanished from captions."""
+    from app.text import token_text
+    for piece in (" the", "\n", "\t x", "a\u200bb", "  ", ""):
+        assert token_text(piece) == visible(piece), piece
+    assert token_text("x`y") == "xˋy" and token_text("a\u200bb") == "a⟨U+200B⟩b"

@@ -230,7 +230,7 @@ def mla_latent_figure(d: dict, pieces=None) -> dict:
 
 
 def mla_attn_figure(d: dict, pieces=None) -> dict:
-    from app.routing import visible
+    from app.text import visible
     probs = np.asarray(d["probs"], dtype=float)
     labels = [visible(p) for p in d["pieces"]]
     colours = [theme.MLA, theme.K3, theme.ACCENT, theme.MOE]
@@ -339,7 +339,7 @@ def moe_up_figure(d: dict, pieces=None) -> dict:
 
 
 def shared_figure(d: dict, pieces=None) -> dict:
-    from app.routing import visible
+    from app.text import visible
     sn, rn, t = np.asarray(d["shared_norm"]), np.asarray(d["routed_norm"]), int(d["token"])
     T = len(sn)
     labels = [visible(p) for p in (pieces or [""] * T)][:T] + [""] * max(0, T - len(pieces or []))

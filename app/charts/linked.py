@@ -10,7 +10,8 @@ import numpy as np
 import pandas as pd
 
 from app import theme
-from app.routing import GRID_COLS, visible
+from app.routing import GRID_COLS
+from app.text import visible
 
 OI = theme.OKABE_ITO
 CELL = 13                      # px per expert square
