@@ -17,6 +17,7 @@ import pandas as pd
 import streamlit as st
 import torch
 
+from model.config import K3Config
 from model.moe import QuantileHistogram, quantile_balance, route, sign_rule_update
 
 METHODS = ("none", "sign", "aux", "qb_hist", "qb")
@@ -34,7 +35,7 @@ HELDOUT = ASSETS / "heldout_sample.txt"
 
 @dataclass(frozen=True)
 class Setup:
-    n_experts: int = 896
+    n_experts: int = K3Config.full().n_routed_experts
     top_k: int = 16
     tokens: int = 2048          # m, tokens per batch
     steps: int = 12

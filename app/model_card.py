@@ -147,8 +147,12 @@ def smoothed(df: pd.DataFrame, column: str, window: int = 25) -> pd.Series:
     return df[column].rolling(window, min_periods=1).mean()
 
 
+_K3 = K3Config.full()
+
+
 @functools.lru_cache(maxsize=8)
-def balanced_floor(tokens: int, n_experts: int = 896, top_k: int = 16, layers: int = 92,
+def balanced_floor(tokens: int, n_experts: int = _K3.n_routed_experts, top_k: int = _K3.top_k,
+                   layers: int = len(_K3.moe_layers),
                    trials: int = 20, seed: int = 0) -> dict[str, float]:
     """max/mean expert load that even a perfectly balanced router shows on `tokens` tokens: each token
     picks top_k distinct experts uniformly at random, so an expert's load is Binomial(tokens, k/E).
@@ -166,14 +170,14 @@ def next_token_table(next_tokens: dict) -> pd.DataFrame:
     """One row per prompt of model.evaluate's next-token evidence: the prompt and its five most likely
     next tokens with their probabilities, spaces and newlines made visible (␣, ↵): a table cell would
     swallow them, and "↵" alone could not tell a bare newline from a newline and an indent."""
-    from app.text import token_text
+    from app.text import text_line, token_text
     rows = []
     for kind, entry in next_tokens.items():
-        prompt = token_text(entry["prompt"], 60)
+        prompt = text_line(entry["prompt"], 60)
         lead = len(prompt) - len(prompt.lstrip(" "))
         row = {"prompt": f"{kind}: {'␣' * lead}{prompt[lead:]}"}
         for rank, t in enumerate(entry["top5"], 1):
-            row[f"#{rank}"] = f"{token_text(t['piece']).replace(' ', '␣')}  {t['prob']:.0%}"
+            row[f"#{rank}"] = f"{token_text(t['piece'])}  {t['prob']:.0%}"
         rows.append(row)
     return pd.DataFrame(rows)
 

@@ -22,7 +22,7 @@ import torch
 from model.config import K3Config
 from model.parallel import LaunchError, LocalRun, launch_local, token_owner, write_problem
 
-N_EXPERTS = 896
+N_EXPERTS = K3Config.full().n_routed_experts
 DIVISORS = [g for g in range(1, N_EXPERTS + 1) if N_EXPERTS % g == 0]   # 1, 2, 4, 7, 8, 14, ..., 896
 RUNNABLE = [g for g in DIVISORS if g <= 8]                                # local processes: 1, 2, 4, 7, 8
 ASSIGN = {"blocks": "position blocks", "round_robin": "round robin"}

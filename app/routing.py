@@ -41,7 +41,8 @@ MAX_LISTED = 64            # most experts a person can knock out or force throug
 # The dense switch, in words: with k = 896 the layer adds every expert's output, each weighted by its raw router
 # score over the sum of all 896 scores (K3 report Eq. 13, sec 2.3.3, with T = every expert); the experts were
 # trained to be used 16 at a time, so this is no dense model, of any size.
-DENSE_HELP = ("every expert at once (top-k = 896, knocked-out experts excepted): the layer adds the outputs of all "
+_E = K3Config.full().n_routed_experts      # the experts of a layer, in K3 and in the live instance alike
+DENSE_HELP = (f"every expert at once (top-k = {_E}, knocked-out experts excepted): the layer adds the outputs of all "
               "of them, each weighted by its router score over the sum of their scores (K3 report Eq. 13, sec 2.3.3, "
               "with every expert chosen)")
 HELDOUT_CHUNK = 128        # tokens per forward of the held-out sample (the live model's cap)
@@ -51,16 +52,16 @@ COLOURINGS = {"probability": "router probability of the token", "load": "load ov
 
 # ---- the grid ------------------------------------------------------------------------------------
 
-def shard_of(expert: int, n_experts: int = 896, n_shards: int = N_SHARDS) -> int:
+def shard_of(expert: int, n_experts: int = _E, n_shards: int = N_SHARDS) -> int:
     return expert // (n_experts // n_shards)
 
 
-def shard_labels(n_experts: int = 896, n_shards: int = N_SHARDS) -> list[str]:
+def shard_labels(n_experts: int = _E, n_shards: int = N_SHARDS) -> list[str]:
     size = n_experts // n_shards
     return [f"shard {s}: experts {s * size}–{(s + 1) * size - 1}" for s in range(n_shards)]
 
 
-def expert_from_selection(event, n_experts: int = 896, param: str = "pick") -> int | None:
+def expert_from_selection(event, n_experts: int = _E, param: str = "pick") -> int | None:
     """The expert a click on the grid chose, or None. `event` is what st.vega_lite_chart(on_select=...)
     returns (or its session-state value): {"selection": {"pick": [{"expert": N}, ...]}}, the last point
     being the latest click. Shared experts, ids out of range and anything malformed give None."""

@@ -93,6 +93,13 @@ def visible(piece: str) -> str:
     return "".join(_VISIBLE.get(ch) or (ch if ch.isprintable() else f"⟨U+{ord(ch):04X}⟩") for ch in str(piece))
 
 
+def text_line(text: str, limit: int = 60) -> str:
+    """A whole text (a prompt, not a piece) on one line: line breaks and tabs as symbols, other invisible
+    characters named, spaces between words kept as spaces (␣ everywhere would make a sentence hard to read)."""
+    s = "".join(ch if ch == " " else visible(ch) for ch in str(text)).replace("`", "ˋ")
+    return s[:limit] + ("…" if len(s) > limit else "")
+
+
 def token_text(piece: str, limit: int = 24) -> str:
     """visible(piece) for a Markdown code span: backticks replaced (they would end the span), capped."""
     s = visible(piece).replace("`", "ˋ")

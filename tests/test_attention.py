@@ -203,6 +203,6 @@ def test_state_and_cache_specs():
     assert cache.sort_values(["token", "column"])["value"].tolist() == list(range(10))
     assert set(cache[cache["column"] < 4]["part"]) == {"latent c"} and set(cache[cache["column"] == 4]["part"]) == {"k_rope"}
     y = c["layer"][0]["encoding"]["y"]
-    assert y["scale"]["domain"] == ["1 a", "2 b", "3 ↵", "4 d", "5 e", "6 f"]  # every token has its row, from 1
+    assert y["scale"]["domain"] == ["0 a", "1 b", "2 ↵", "3 d", "4 e", "5 f"]  # every token has its row; positions from 0
     assert c["datasets"]["split"]["x"].tolist() == [3.5]                     # between the latent and k_rope
     assert c["layer"][0]["encoding"]["color"]["scale"]["domain"] == [-29.0, 29.0]

@@ -48,7 +48,7 @@ lv = lv_mod.live()
 cfg = lv.model.cfg
 n = cfg.n_routed_experts
 c1, c2 = st.columns([3, 2])
-G = view.draw(c1.select_slider, "g", "Devices G (divisors of 896)")
+G = view.draw(c1.select_slider, "g", f"Devices G (divisors of {cfg.n_routed_experts})")
 assign = view.draw(c2.segmented_control, "assign", "Tokens start on devices by", format_func=ASSIGN.get)
 per = n // G
 c1, c2, c3 = st.columns(3)

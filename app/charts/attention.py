@@ -114,7 +114,7 @@ def cache_spec(rows: np.ndarray, upto: int, kv_lora: int, pieces: list[str], tit
     not written yet and stay empty. The colour scale is fixed by the whole prompt's cache."""
     T, width = rows.shape
     zmax = float(np.abs(rows).max()) or 1.0
-    labels = [f"{i} {token_text(p, 12)}" for i, p in enumerate(pieces, start=1)]     # tokens count from 1
+    labels = [f"{i} {token_text(p, 12)}" for i, p in enumerate(pieces)]     # positions count from 0, as everywhere
     t, c = np.indices((upto, width))
     cells = pd.DataFrame({"token": t.reshape(-1) + 1, "label": np.asarray(labels, dtype=object)[t.reshape(-1)],
                           "piece": [token_text(pieces[i]) for i in t.reshape(-1)],

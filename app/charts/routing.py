@@ -13,6 +13,7 @@ from PIL import Image
 
 from app import theme
 from app.routing import GRID_COLS, N_SHARDS
+from model.config import K3Config
 
 OI = theme.OKABE_ITO
 CHOSEN = OI["vermillion"]          # the token's chosen experts: outline and glow
@@ -40,7 +41,7 @@ def grid_frame(n_experts: int) -> dict:
             "width": round((x1 - GRID_X0) * CELL), "height": round((y1 - GRID_Y0) * CELL)}
 
 
-def cell_centre(expert: int, n_experts: int = 896) -> tuple[float, float]:
+def cell_centre(expert: int, n_experts: int = K3Config.full().n_routed_experts) -> tuple[float, float]:
     """Pixel centre of an expert's square, from the top-left corner of the chart's canvas."""
     return (GRID_PAD["left"] + (expert % GRID_COLS - GRID_X0) * CELL,
             GRID_PAD["top"] + (expert // GRID_COLS - GRID_Y0) * CELL)
