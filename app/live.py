@@ -199,15 +199,24 @@ def resume(ids, from_layer: int, options: RunOptions) -> K3Output:
     return _resume(tuple(int(i) for i in ids), int(from_layer), options)
 
 
-@st.cache_resource(max_entries=48, show_spinner=False)
+# What a cached run keeps: a 128-token forward holds ~60 MB (the trace the pages read: every MoE layer's router
+# scores over 896 experts, the AttnRes weights, the cache), a re-run about as much. The forward cache held 48 such
+# runs (~2.9 GB), which a class typing its own sentences filled and never gave back; its entries now also expire
+# CACHE_TTL_S after they were computed (a session still on its prompt recomputes it once, ~0.3 s).
+FORWARD_ENTRIES, RESUME_ENTRIES = 16, 8
+CACHE_TTL_S = 1800
+
+
+@st.cache_resource(max_entries=FORWARD_ENTRIES, ttl=CACHE_TTL_S, show_spinner=False)
 def _forward(ids: tuple[int, ...], options: RunOptions) -> K3Output:
     model = live().model
     with computing():
         return model(torch.tensor([ids]), options=options, max_tokens=MAX_TOKENS)
 
 
-# ~40 MB each at 128 tokens; the spinner shows only while a re-run is computed, not for one already cached
-@st.cache_resource(max_entries=8, show_spinner="Re-running the later layers with the new routing…")
+# the spinner shows only while a re-run is computed, not for one already cached
+@st.cache_resource(max_entries=RESUME_ENTRIES, ttl=CACHE_TTL_S,
+                   show_spinner="Re-running the later layers with the new routing…")
 def _resume(ids: tuple[int, ...], from_layer: int, options: RunOptions) -> K3Output:
     base, model = forward(ids), live().model              # cached: fetched before taking the lock
     with computing():

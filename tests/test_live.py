@@ -197,3 +197,36 @@ def test_the_prefetch_stops_at_exit_between_jobs():
     pf.stop()
     assert done == ["base"] and time.monotonic() - t0 >= 0.25     # waited for the job under way, ran no other
     assert not pf._thread.is_alive()
+
+
+def _tensor_bytes(obj, seen=None) -> int:
+    """Bytes of every tensor an object holds (dataclasses, dicts, lists), each counted once."""
+    import dataclasses
+    seen = set() if seen is None else seen
+    if id(obj) in seen:
+        return 0
+    seen.add(id(obj))
+    if isinstance(obj, torch.Tensor):
+        return obj.numel() * obj.element_size()
+    if isinstance(obj, dict):
+        return sum(_tensor_bytes(v, seen) for v in obj.values())
+    if isinstance(obj, (list, tuple)):
+        return sum(_tensor_bytes(v, seen) for v in obj)
+    if dataclasses.is_dataclass(obj) or hasattr(obj, "__dict__"):
+        return sum(_tensor_bytes(v, seen) for v in vars(obj).values())
+    return 0
+
+
+def test_the_run_caches_are_bounded_in_bytes():
+    """A class held up to 48 cached forwards of ~60 MB each and the replica's memory never came back (issue 46):
+    the largest prompt's run times the entries kept stays within a replica's budget."""
+    from app import live as lv_mod
+    lv = lv_mod.live()
+    prompt = prepare_prompt("word " * 400, lv.tokenizer)                  # the longest prompt the model reads
+    assert len(prompt.ids) == MAX_TOKENS
+    with torch.inference_mode():
+        run = lv.model(torch.tensor([prompt.ids]), max_tokens=MAX_TOKENS)
+    per_run = _tensor_bytes(run)
+    assert per_run > 20e6                                                   # the trace is what makes a run heavy
+    assert (lv_mod.FORWARD_ENTRIES + lv_mod.RESUME_ENTRIES) * per_run <= 1.6e9
+    assert 0 < lv_mod.CACHE_TTL_S <= 3600
