@@ -634,3 +634,15 @@ def test_the_state_chart_is_a_picture_whose_colours_are_its_legends():
         assert pix[K * px + px // 2, px // 2, 3] == 0                      # the blank row between the heads
         if len(names) == 2:
             assert pix[px // 2, V * px + px // 2, 3] == 0                  # the blank column between the panels
+
+
+def test_the_router_gradient_chart_labels_every_chosen_expert():
+    """It labelled every other expert: 16 rotated "expert N" labels overlapped and Vega dropped half of them."""
+    from app.charts.layer import gradient_figure
+    d = {"descent": np.linspace(-1, 1, 16), "indices": np.arange(100, 116), "scores": np.full(16, 0.5)}
+    spec = gradient_figure(d)
+    layer = spec["layer"][0] if "layer" in spec else spec
+    axis = (layer.get("encoding") or spec["encoding"])["x"]["axis"]
+    assert axis["labelOverlap"] is False
+    labels = [r["expert"] for r in spec["datasets"]["values"]]
+    assert labels == [str(i) for i in range(100, 116)] and max(map(len, labels)) <= 3

@@ -367,11 +367,12 @@ def residual_figure(d: dict, pieces=None) -> dict:
 
 def gradient_figure(d: dict, pieces=None) -> dict:
     g, idx, s = np.asarray(d["descent"], dtype=float), np.asarray(d["indices"]), np.asarray(d["scores"], dtype=float)
-    rows = [{"expert": f"expert {int(i)}", "descent": _f(v), "s": _f(si), "raise": bool(v > 0)}
+    rows = [{"expert": str(int(i)), "descent": _f(v), "s": _f(si), "raise": bool(v > 0)}
             for i, v, si in zip(idx, g, s)]
+    # every chosen expert labelled (Vega dropped every other one of 16 rotated "expert N" labels as overlapping)
     body = {"data": {"name": "values"}, "mark": "bar", "width": WIDTH, "height": HEIGHT,
-            "encoding": {"x": {"field": "expert", "type": "nominal", "sort": None, "title": None,
-                               "axis": {"labelAngle": -60, "labelFontSize": 9}},
+            "encoding": {"x": {"field": "expert", "type": "nominal", "sort": None, "title": "chosen expert",
+                               "axis": {"labelAngle": 0, "labelOverlap": False, "labelFontSize": 10}},
                          "y": {"field": "descent", "type": "quantitative", "title": "−∂L/∂s (raise if > 0)",
                                "axis": {"format": ".1e"}},
                          "color": {"condition": {"test": "datum.raise", "value": theme.MOE}, "value": theme.MLA},
