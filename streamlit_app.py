@@ -39,11 +39,11 @@ else:
         ui.sidebar_controls()
         ui.share_box()
         ui.browser_guards()
-# A session's first page imports the model's libraries before it draws anything: say so at once, in the place
-# the page's own heading will take (an empty main area for seconds looked broken).
+# A session's first page imports its libraries (and on a fresh server loads the model) before it draws anything:
+# say so at once, in the place the page's own heading will take (an empty main area for seconds looked broken).
 loading = st.empty() if not ss.get("_k3_painted") else None
 if loading is not None:
-    loading.info(f"Opening {page.title}: the first page loads the live model's code (a few seconds)…",
+    loading.info(f"Opening {page.title}: the first page of a visit can take a few seconds…",
                  icon=":material/hourglass_top:")
 try:
     with warm.page_run():

@@ -11,6 +11,7 @@ import pandas as pd
 import streamlit as st
 import torch
 
+from app.live import CACHE_TTL_S
 from model.attnres import AttnResQuery, DepthState, block_sizes, link_count, vectors_alive
 from model.k3 import K3Model, K3Output, model_with_weights
 
@@ -299,7 +300,11 @@ def live_full_model() -> K3Model:
         return full_variant(model)
 
 
-@st.cache_resource(max_entries=16, show_spinner=False)
+# a run of the Full variant is as heavy as a forward (~60 MB at 128 tokens): kept like app.live's (bounded, expiring)
+FULL_ENTRIES = 4
+
+
+@st.cache_resource(max_entries=FULL_ENTRIES, ttl=CACHE_TTL_S, show_spinner=False)
 def full_forward(ids: tuple[int, ...]) -> K3Output:
     from app.live import MAX_TOKENS, computing
     model = live_full_model()

@@ -454,7 +454,7 @@ BROWSER_GUARDS_HTML = """
       if (url !== undefined && url !== null && new URL(url, location.href).pathname === location.pathname) {
         return history.replaceState(state, title, url);
       }
-    } catch (e) { /* an address URL cannot read: leave it to the browser */ }
+    } catch (e) { /* a URL it cannot read: left to the browser */ }
     return push(state, title, url);
   };
   const mend = (s) => {
