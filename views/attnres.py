@@ -105,12 +105,10 @@ with counts_box, st.expander(counted, expanded=True):
 with prompt_box:
     if prompt is not None:
         T = len(prompt.ids)
-        c1, c2 = st.columns([3, 2])
-        with c1:
-            chips = chip_labels(prompt.pieces)
-            token = ui.token_index(view, prompt.ids, st.pills, "Token: click one to see its reads over depth",
-                                   list(range(T)), format_func=chips.__getitem__, help=ui.TOKEN_HELP)
-        mode = view.draw(c2.segmented_control, "mode", "AttnRes",
+        chips = chip_labels(prompt.pieces)                # the whole width: a long prompt's chips wrap, not clip
+        token = ui.token_index(view, prompt.ids, st.pills, "Token: click one to see its reads over depth",
+                               list(range(T)), format_func=chips.__getitem__, help=ui.TOKEN_HELP)
+        mode = view.draw(st.segmented_control, "mode", "AttnRes",
                          format_func={"Block": "Block (the live model)", "Full": "Full (same weights)"}.get)
         out = out_block if mode == "Block" else out_full
         z, rows, cols = depth_matrix(out, token)
