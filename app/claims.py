@@ -1,420 +1,31 @@
-"""Data behind the Claims page (docs/APP.md page 10): every claim of docs/REFERENCES.md "The claims
-checked", quoted from the public article it comes from and checked against what the code computes
-now (the accounting, the live model, the cost model).
-
-A claim holds only quotations: sentences or fragments copied verbatim from the named article, with
-none of this project's notes. The computed values and the verdicts are not typed in: each check
-function derives them at render time, and the verdict follows from the numbers where a number
-decides it. Pure functions of (model, forward output); one cached wrapper at the end.
+"""The Claims page (docs/APP.md page 10): the checks of claims 9-15 (the SiTU-GLU bound, the experts'
+sharding, Quantile Balancing, latency, the 2.5x, the sourcing of AttnRes, Mixture of Agents) against the live
+model, the accounting and the cost model, and every claim checked at once (`check_all`). The claims themselves
+are in app/claims_data.py, the checks of claims 1-8 in app/claims_architecture.py. Pure functions of (model,
+forward output); one cached wrapper at the end.
 """
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
 import numpy as np
-import pandas as pd
 import streamlit as st
 import torch
 
-from app.attention import compression_planes
-from app.depth import AFFORDABLE_SOURCE, affordability, sci
+from app import claims_architecture  # noqa: F401  (registers the checks of claims 1-8)
+from app.attnres import AFFORDABLE_SOURCE, affordability, sci
+from app.claims_data import CHECKS, CLAIMS, DEEPEP, DEEPEP_SOURCE, Check, Context, Part, check
 from app.moa import cost_table, default_scenario, show, step_bytes
-from app.overview import headlines
 from app.parallel import EXAMPLE_G, H200_MEMORY, expected_fanout, fanout, routed_expert_bytes, routing, shard_pairs
 from app.situ import CAP, grid2d
-from app.text import fmt_bytes
-from model import cost, memory
-from model.accounting import count_params
+from app.text import SUPERSCRIPT
+from model import cost
 from model.activations import BETA_GATE, BETA_UP
-from model.attnres import link_count, vectors_alive
-from model.config import K3Config, hybrid_schedule
+from model.config import K3Config
 from model.k3 import K3Model, K3Output
 from model.moe import route
 from model.quant import FORMATS, block_scale_exponents, mx_fake_quant
-
-VERDICTS = ("holds", "holds with a caveat", "does not hold", "cannot be checked here")
-VERDICT_COLOURS = {"holds": "green", "holds with a caveat": "orange", "does not hold": "red",
-                   "cannot be checked here": "gray"}
-VERDICT_ICONS = {"holds": ":material/check_circle:", "holds with a caveat": ":material/error:",
-                 "does not hold": ":material/cancel:", "cannot be checked here": ":material/help:"}
-_SUP = str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹")
-
-
-@dataclass(frozen=True)
-class Article:
-    key: str
-    title: str                      # as published
-    short: str                      # how the page names it after the first mention
-
-
-# The two public interactive articles about K3 that the claims come from (docs/REFERENCES.md).
-ARTICLES = {
-    "mechanics": Article("mechanics", "Kimi K3- Sparsity Mechanics, Multi-Tiered Token Compression, and MoE vs. "
-                                      "Mixture-of-Agents Paradigms", "Sparsity Mechanics"),
-    "trillion": Article("trillion", "Kimi K3 Goes Trillion-Scale With Sparse MoE Efficiency", "Trillion-Scale"),
-}
-SOURCE = ("two public articles about K3, “" + ARTICLES["mechanics"].title + "” and “" + ARTICLES["trillion"].title
-          + "”; each quotation names its article, and nothing inside the quotation marks is ours")
-
-
-@dataclass(frozen=True)
-class Quote:
-    article: str                    # a key of ARTICLES
-    text: str                       # copied verbatim (inline $...$ is the article's own math)
-
-    def __post_init__(self):
-        if self.article not in ARTICLES:
-            raise ValueError(f"unknown article {self.article!r}")
-
-
-@dataclass(frozen=True)
-class Claim:
-    number: int
-    title: str                      # the project's short name for the claim, not a quotation
-    quotes: tuple[Quote, ...]       # what the articles say, verbatim
-    page: str                       # url path of the page that shows it (app.navigation); "" for none
-    components: tuple[str, ...] = ()
-    report: str = ""                # where the check rests in the K3 report: "Eq. 7, sec 2.1.2"
-    where: str = ""                 # the section of `page` that shows it (its subheader), if not the top
-
-    @property
-    def cite(self) -> str:
-        """'K3 report Eq. 7, sec 2.1.2': what a student looks up in arXiv 2607.24653 v2."""
-        return f"K3 report {self.report}" if self.report else ""
-
-    @property
-    def text(self) -> str:
-        """The quotations, joined; each article named after its own."""
-        return " … ".join(f"“{q.text}” ({ARTICLES[q.article].short})" for q in self.quotes)
-
-    @property
-    def articles(self) -> tuple[str, ...]:
-        return tuple(dict.fromkeys(q.article for q in self.quotes))
-
-
-def quote_markdown(claim: Claim) -> str:
-    """The claim as a markdown block quote: each quotation, then the full title of its article.
-    The text is ours (constants above), not user input, so the articles' inline $...$ math renders."""
-    return "\n>\n".join(f"> “{q.text}”  \n> — *{ARTICLES[q.article].title}*" for q in claim.quotes)
-
-
-def _q(article: str, *texts: str) -> tuple[Quote, ...]:
-    return tuple(Quote(article, t) for t in texts)
-
-
-M, T = "mechanics", "trillion"
-# `report`: the K3 report's (arXiv 2607.24653 v2) equations and sections each check rests on, as numbered there:
-# Eq. 1-6 KDA (1-2 the recurrence, 3-4 its chunkwise form, 5 the lower-bounded decay, 6 the output gate),
-# Eq. 7 gated MLA, Eq. 8-10 AttnRes, Eq. 11 Stable LatentMoE, Eq. 12 SiTU-GLU, Eq. 13 biased top-k
-# routing, Eq. 14 the Quantile Balancing update.
-CLAIMS = (
-    Claim(1, "2.8T total, 104B active",
-          _q(M, "Kimi K3 achieves 2.8T parameters of representational capacity while executing only 104B "
-                "parameters per token.", "~3.7% Computational Footprint"),
-          "overview", report="Table 1, sec 3.2"),
-    Claim(2, "1M-token context", _q(M, "1,048,576 Native Tokens"), "attention", ("KDA", "Gated MLA"),
-          report="Table 1, sec 2.1.2, sec 3.4"),
-    Claim(3, "896 experts, 16 active: sparsity 56x",
-          _q(T, "Sparsity Ratio: 56×", "16 of 896 routed experts fire per token") + _q(M, "Top-16 Active + 2 Shared"),
-          "routing", ("Stable LatentMoE",), report="Eq. 11, Eq. 13, sec 2.3, Table 1"),
-    Claim(4, "93 layers, 69 KDA + 24 MLA",
-          _q(M, "Confirmed 93 total layers structured in a 3:1 ratio (69 KDA linear layers and 24 Gated MLA latent "
-                "attention layers).")
-          + _q(T, "Every block: three Kimi Delta Attention (KDA) layers, then one Gated MLA layer — repeated across the "
-                  "93-layer backbone, with an extra MLA layer at the very end."),
-          "overview", ("KDA", "Gated MLA"), report="sec 2.1, Table 1"),
-    Claim(5, "KDA cuts 100% of the KV cache",
-          _q(M, "100% Cache Cut", "Replaces KV caching in 69 layers with a fixed-size associative memory matrix"),
-          "attention", ("KDA",), report="Eq. 1–2, sec 2.1.1"),
-    Claim(6, "MLA cuts 75% of the attention cache",
-          _q(M, "75% Cache Cut", "Compresses key/value representations into a low-rank latent vector $c_t^{KV}$ "
-                "across 24 global attention layers, operating without rotary positional encodings (NoPE)."),
-          "attention", ("Gated MLA",), report="Eq. 7, sec 2.1.2"),
-    Claim(7, "Block AttnRes compresses depth 11.6x",
-          _q(M, "11.6x Compression", "Groups 93 layers into $N \\approx 8$ summary blocks."),
-          "attnres", ("Block AttnRes",), report="Eq. 8–10, sec 2.2"),
-    Claim(8, "The latent halves cross-GPU dispatch",
-          _q(M, "50% NVLink Cut", "Projects full 7168-dim activations down to a 3584-dim latent vector before "
-                "All-to-All GPU dispatch, halving cross-node communication overhead."),
-          "parallel", ("Stable LatentMoE",), report="Eq. 11, sec 2.3, Table 1"),
-    Claim(9, "SiTU-GLU is bounded by 100",
-          _q(M, "SiTU-GLU enforces a mathematical soft-cap limit ($|f(z)| \\le 100$), eliminating FP8 activation "
-                "overflows during 2.8T parameter training where standard SwiGLU diverges."),
-          "situ-glu", ("SiTU-GLU",), report="Eq. 12, sec 2.3.2, App. B, sec 4.1.4"),
-    Claim(10, "112 experts per GPU, any shard",
-          _q(T, "896 experts sharded across 8 GPUs (~112 each). A token's top-16 experts can land on any shard — the "
-                "activation hops the datacenter fabric to get there."),
-          "parallel", ("Stable LatentMoE",), report="Eq. 13, sec 5.2"),
-    Claim(11, "Quantile Balancing: output weights, history, cluster load",
-          _q(M, "Kimi K3 utilizes Quantile Balancing, tracking historical selection quantiles to apply expert-specific "
-                "selection biases during ranking while preserving rawrouter logits for output weighting. This "
-                "maintains uniform hardware cluster load without distorting semantic learned weights."),
-          "balance", ("Quantile Balancing",), report="Eq. 13–14, sec 2.3.3, App. D; sec 5.2.1, App. E"),
-    Claim(12, "Sub-microsecond latency",
-          _q(M, "Sub-Microsecond Latency: Dynamic token routing occurs synchronously within layer steps via "
-                "high-speed NVLink interconnects.",
-             "executing only 104 billion parameters per token at low sub-microsecond latency."),
-          "moe-vs-moa", report="sec 4.1.4, sec 5.2.1", where="What one decode step reads"),
-    Claim(13, "2.5x efficiency gain: one number for all of K3's changes",
-          _q(T, "Validation Loss Scaling: K2 vs K3", "Figure 7's headline number — 2.5× efficiency gain — bundles KDA, "
-                "Attention Residuals, Stable LatentMoE, and the data recipe together."),
-          "", report="Figure 7, sec 3.2, sec 1"),
-    Claim(14, "AttnRes: N ≈ 8, Full vs Block, L < 100",
-          _q(T, "Attention Residuals traces almost entirely to a same-team, same-year preprint — including the \"N≈8\" "
-                "claim and the Full-vs-Block comparison — and its own stated affordability condition, L < 100, is "
-                "already strained at K3's 93 layers."),
-          "attnres", ("Block AttnRes",), report="Eq. 8–10, sec 2.2"),
-    Claim(15, "Mixture of Agents costs more",
-          _q(M, "Chart 4: Compares relative active FLOPs per token, total KV-cache memory overhead, and total context "
-                "decoding latency between sparse MoE and an 8-agent dense MoA setup.",
-             "Every autonomous agent maintains its own replicated KV-cache for the sequence."),
-          "moe-vs-moa", report="sec 4.1.4", where="The costs, side by side"),
-)
-
-# docs/REFERENCES.md "Evidence confidence by component". High: the lineage was published by another team
-# and is in wide use; mixed: the base idea is published (or open) but what K3 changes appears only in the
-# K3 report, or the corroboration is the same team's; self-cited: the only source is the K3 team.
-EVIDENCE = (
-    ("KDA", "mixed", "Kimi Linear (arXiv 2510.26692) is the K3 team's own paper; its code is open and has been "
-                     "reimplemented, but a reimplementation is not a reproduction of the results, and K3's changes "
-                     "to KDA appear only in the K3 report (arXiv 2607.24653)"),
-    ("Gated MLA", "high", "MLA from DeepSeek-V2 (arXiv 2405.04434), another team, used since in DeepSeek-V3 and "
-                          "Kimi K2; the output gate and NoPE are described in the K3 report"),
-    ("Stable LatentMoE", "mixed", "LatentMoE by NVIDIA (arXiv 2601.18089); the stability changes are K3's own"),
-    ("Block AttnRes", "self-cited", "one same-team preprint, 2026 (arXiv 2603.15031), and the K3 report"),
-    ("SiTU-GLU", "self-cited", "K3 report only"),
-    ("Quantile Balancing", "self-cited", "K3 report only"),
-)
-LEVELS = ("self-cited", "mixed", "high")
-LEVEL_MEANING = {
-    "high": "the lineage was published by another team and is widely used",
-    "mixed": "the base idea is published or open, but K3's version rests on the K3 team's own reports",
-    "self-cited": "the only source is the K3 team",
-}
-
-
-@dataclass(frozen=True)
-class Part:
-    """One separately judged part of a claim whose parts fare differently."""
-    label: str
-    verdict: str
-    why: str
-
-    def __post_init__(self):
-        if self.verdict not in VERDICTS:
-            raise ValueError(f"unknown verdict {self.verdict!r}")
-
-
-@dataclass(frozen=True)
-class Check:
-    claim: Claim
-    computed: str                   # markdown: what the code computes, with its origin
-    verdict: str                    # for a split claim: the summary of its parts
-    why: str                        # one sentence
-    values: dict = field(default_factory=dict)   # the raw numbers, for tests and the table
-    parts: tuple[Part, ...] = ()    # a claim judged in parts (claims 6, 11, 13, 14)
-
-    def __post_init__(self):
-        if self.verdict not in VERDICTS:
-            raise ValueError(f"unknown verdict {self.verdict!r}")
-
-    @property
-    def verdicts(self) -> tuple[str, ...]:
-        """Every verdict this check carries: its summary and those of its parts."""
-        return tuple(dict.fromkeys((self.verdict,) + tuple(p.verdict for p in self.parts)))
-
-    def matches(self, picked) -> bool:
-        """For the verdict filter: shown when the summary or any part has a picked verdict."""
-        return any(v in picked for v in self.verdicts)
-
-
-# ---- the checks -------------------------------------------------------------------------------------
-
-def _planes() -> pd.DataFrame:
-    return compression_planes(K3Config.full(), K3Config.kimi_k2())
-
-
-def _plane(df: pd.DataFrame, plane: str, which: int = 0) -> pd.Series:
-    return df[df["plane"] == plane].iloc[which]
-
-
-CHECKS: dict = {}             # claim number -> the function that checks it (Context -> Check)
-
-
-def check(number: int):
-    """Register the decorated function as the check of claim `number` (once)."""
-    def register(fn):
-        if number in CHECKS:
-            raise ValueError(f"claim {number} has two checks")
-        CHECKS[number] = fn
-        return fn
-    return register
-
-
-@check(1)
-def check_1(ctx: "Context") -> Check:
-    h = {x.label: x for x in headlines(ctx.cfg)}
-    tot, act, share = h["Total parameters"], h["Active per token"], h["Active share"]
-    p = ctx.params
-    ok = tot.holds and act.holds and share.holds
-    return Check(CLAIMS[0],
-                 f"**{p.total / 1e12:.2f}T** total ({p.total / 1e9:,.1f}B), **{p.active / 1e9:.1f}B** active, "
-                 f"**{100 * p.active_share:.2f}%** per token (computed: accounting of the published config)",
-                 "holds" if ok else "does not hold",
-                 f"The accounting gives {p.total / 1e9:,.1f}B and {p.active / 1e9:.2f}B, which round to the published "
-                 f"2.78T / 104.2B (headline 2.8T / 104B), and {p.active / 1e9:.1f} / {p.total / 1e9:,.1f} = "
-                 f"{100 * p.active_share:.2f}%.",
-                 {"total": p.total, "active": p.active, "share": p.active_share})
-
-
-@check(2)
-def check_2(ctx: "Context") -> Check:
-    cfg = ctx.cfg
-    T = cfg.context_length
-    law = memory.hybrid(cfg)
-    per_tok = law.nbytes(1) - law.nbytes(0)
-    at_T = law.nbytes(T)
-    return Check(CLAIMS[1],
-                 f"config: **{T:,}** tokens = 2{str(int(math.log2(T))).translate(_SUP)}; cache at that length "
-                 f"**{fmt_bytes(at_T)}** per "
-                 f"sequence ({fmt_bytes(per_tok)} per token, bf16; computed by model/memory.py)",
-                 "holds with a caveat" if T == 1_048_576 else "does not hold",
-                 "The published config says so and nothing in the math caps the length (no positional encoding; KDA "
-                 "keeps a fixed state, MLA grows one latent row per token), but whether the model uses a million "
-                 "tokens well needs long-context evaluations we cannot run here.",
-                 {"context": T, "cache_bytes": at_T, "bytes_per_token": per_tok})
-
-
-@check(3)
-def check_3(ctx: "Context") -> Check:
-    cfg, live = ctx.cfg, ctx.model.cfg
-    chosen = [ctx.out.trace.experts(i)[0] for i in live.moe_layers]                   # [T, k] each
-    distinct = {int(torch.unique(row).numel()) for e in chosen for row in e}
-    ok = cfg.sparsity == 56 and cfg.n_shared_experts == 2 and distinct == {live.top_k}
-    return Check(CLAIMS[2],
-                 f"config: **{cfg.n_routed_experts}** routed, top-**{cfg.top_k}**, **{cfg.n_shared_experts}** shared; "
-                 f"sparsity {cfg.n_routed_experts} / {cfg.top_k} = **{cfg.sparsity:g}x**. Live: every token picks "
-                 f"{', '.join(map(str, sorted(distinct)))} distinct experts of {live.n_routed_experts} in each of "
-                 f"{len(live.moe_layers)} MoE layers",
-                 "holds" if ok else "does not hold",
-                 f"{cfg.n_routed_experts} / {cfg.top_k} = {cfg.sparsity:g}, and the live instance, which keeps these "
-                 "counts, routes every token of the prompt to exactly that many distinct experts.",
-                 {"sparsity": cfg.sparsity, "distinct": sorted(distinct)})
-
-
-@check(4)
-def check_4(ctx: "Context") -> Check:
-    cfg = ctx.cfg
-    mla = [i + 1 for i, t in enumerate(cfg.layer_types) if t == "mla"]
-    want = list(range(4, cfg.num_layers, 4)) + [cfg.num_layers]
-    live_kinds = tuple(layer.kind for layer in ctx.model.layers)
-    same_rule = live_kinds == tuple(hybrid_schedule(len(live_kinds)))
-    ok = (cfg.num_layers, cfg.n_kda, cfg.n_mla) == (93, 69, 24) and mla == want
-    return Check(CLAIMS[3],
-                 f"config: **{cfg.num_layers}** = **{cfg.n_kda}** KDA + **{cfg.n_mla}** MLA; MLA at positions "
-                 f"{mla[0]}, {mla[1]}, …, {mla[-2]}, {mla[-1]}; the live model's {len(live_kinds)} layers "
-                 + ("follow the same rule" if same_rule else "do not follow this rule"),
-                 "holds" if ok else "does not hold",
-                 f"Counting the schedule gives {cfg.n_kda} + {cfg.n_mla}: {cfg.n_mla - 1} groups of three KDA and one MLA "
-                 f"({4 * (cfg.n_mla - 1)} layers) plus a final MLA, so the ratio is 3:1 up to that last layer.",
-                 {"layers": cfg.num_layers, "kda": cfg.n_kda, "mla": cfg.n_mla, "mla_positions": mla,
-                  "live_same_rule": same_rule})
-
-
-@check(5)
-def check_5(ctx: "Context") -> Check:
-    cfg = ctx.cfg
-    fixed = cfg.n_kda * memory.kda_layer_values(cfg)
-    cross = memory.crossover(memory.hybrid(cfg), memory.all_mla(cfg))
-    live = ctx.model.cfg
-    T = int(ctx.out.cache.length)
-    measured = ctx.out.cache.numel("kda")
-    predicted = memory.predicted_numel(live, T)["kda"]
-    return Check(CLAIMS[4],
-                 f"per-token growth in the {cfg.n_kda} KDA layers: **0**; their fixed states together "
-                 f"({cfg.n_kda} × {memory.kda_layer_values(cfg):,}) **{fixed:,}** values = "
-                 f"**{fmt_bytes(memory.BF16 * fixed)}** per sequence (bf16), what the MLA cache of those layers would "
-                 f"hold at {cross:,.0f} tokens. Live: the KDA caches hold {measured:,} values after {T} tokens, the "
-                 f"fixed amount the accounting predicts ({predicted:,})",
-                 "holds with a caveat",
-                 "KDA layers add nothing per token, so the growing cache is gone there, but each layer keeps a "
-                 f"fixed {memory.kda_layer_values(cfg):,}-value state (state and convolution tail), so the memory is "
-                 "not zero.",
-                 {"per_token": 0, "fixed_values": fixed, "crossover": cross, "live_matches": measured == predicted})
-
-
-@check(6)
-def check_6(ctx: "Context") -> Check:
-    cfg, planes = ctx.cfg, _planes()
-    latent, layers = _plane(planes, "MLA latent", 0), _plane(planes, "MLA latent", 1)
-    live, T = ctx.model.cfg, int(ctx.out.cache.length)
-    measured, predicted = ctx.out.cache.numel("mla"), memory.predicted_numel(live, T)["mla"]
-    per_token = memory.mla_values_per_token(cfg)
-    parts = (
-        Part("“75% Cache Cut” as MLA's own cut", "does not hold" if abs(latent["cut"] - 0.75) > 0.05 else "holds",
-             f"The 75% is the 3:1 KDA:MLA layer ratio, the saving Kimi Linear (arXiv 2510.26692) reports for its "
-             f"hybrid (here {layers['cut']:.1%} of layers keep no growing cache). MLA's own latent cuts more: "
-             f"{latent['cut']:.1%} fewer values per token than multi-head attention with the same heads."),
-        Part("a latent in the 24 global attention layers, with no rotary positions",
-             "holds" if cfg.n_mla == 24 and measured == predicted else "does not hold",
-             f"{cfg.n_mla} of the {cfg.num_layers} layers are gated MLA; each caches per token its "
-             f"{cfg.kv_lora_rank}-value latent and a {cfg.qk_rope_dim}-value key slice shared by the heads "
-             f"({per_token} values), and K3 puts no positional encoding on any MLA layer (K3 report sec 2.1.2), so "
-             f"that slice is never rotated (model/mla.py). Live: the MLA caches hold {measured:,} values after {T} "
-             f"tokens, what the accounting predicts ({predicted:,})."),
-    )
-    return Check(CLAIMS[5],
-                 f"layers that cache: 1 − {layers['after']}/{layers['before']} = **{layers['cut']:.1%}**; MLA's latent: "
-                 f"1 − {latent['after']:,}/{latent['before']:,} = **{latent['cut']:.1%}** per caching layer "
-                 "(computed from the config, app/attention.compression_planes)",
-                 "does not hold",
-                 "Split: the 75% is not MLA's cut (it is the layer ratio), while the description of the latent across "
-                 "the 24 layers without rotary positions is right.",
-                 {"layer_cut": float(layers["cut"]), "latent_cut": float(latent["cut"]), "n_mla": cfg.n_mla,
-                  "live_mla_matches": measured == predicted},
-                 parts)
-
-
-@check(7)
-def check_7(ctx: "Context") -> Check:
-    cfg = ctx.cfg
-    planes = _planes()
-    blk = _plane(planes, "Block AttnRes", 0)
-    L, S = cfg.num_layers, cfg.attnres_block_size
-    full_links, block_links = link_count(L, None, 2, True), link_count(L, S, 2, True)
-    full_vec, block_vec = vectors_alive(L, None), vectors_alive(L, S)
-    live = ctx.model.cfg
-    live_links = ctx.out.trace.link_count
-    want = link_count(live.num_layers, live.attnres_block_size, 2, True)
-    return Check(CLAIMS[6],
-                 f"{blk['before']} layers / {blk['after']} blocks = **{blk['ratio']:.1f}x** (layers per block); "
-                 "as K3 runs it: vectors "
-                 f"kept per token {full_vec} → {block_vec} (**{full_vec / block_vec:.1f}x**), links per token "
-                 f"{full_links:,} → {block_links:,} (**{full_links / block_links:.1f}x**). Live trace: {live_links:,} "
-                 f"links (closed form {want:,})",
-                 "holds with a caveat" if abs(blk["ratio"] - 11.6) < 0.05 else "does not hold",
-                 f"{L} layers into {blk['after']} blocks is {blk['ratio']:.1f}x, but what is saved depends on what is "
-                 f"counted: with two reads per layer K3 keeps {full_vec / block_vec:.1f}x fewer vectors and reads "
-                 f"{full_links / block_links:.1f}x fewer links.",
-                 {"ratio": float(blk["ratio"]), "vectors": (full_vec, block_vec), "links": (full_links, block_links),
-                  "live_links": live_links, "live_links_closed_form": want})
-
-
-@check(8)
-def check_8(ctx: "Context") -> Check:
-    planes = _planes()
-    copy, token = _plane(planes, "Latent dispatch", 0), _plane(planes, "Latent dispatch", 1)
-    cfg, k2 = ctx.cfg, K3Config.kimi_k2()
-    return Check(CLAIMS[7],
-                 f"per routed copy {copy['before']:,} → {copy['after']:,} values: **{copy['cut']:.0%}** less; per token "
-                 f"{cfg.top_k} × {cfg.expert_width:,} = **{token['after']:,}** = {k2.top_k} × {k2.expert_width:,} "
-                 f"(K2) = {token['before']:,}",
-                 "holds with a caveat" if copy["cut"] == 0.5 and token["after"] == token["before"] else "does not hold",
-                 f"Each routed copy of a token is {copy['after'] / copy['before']:.0%} as wide, but K3 sends "
-                 f"{cfg.top_k / k2.top_k:g}x as many copies as K2, so the volume per token equals K2's: halved only "
-                 "against K3 without the latent.",
-                 {"copy_cut": float(copy["cut"]), "per_token": int(token["after"]), "k2_per_token": int(token["before"])})
 
 
 def mxfp8_of_large_values(values: np.ndarray) -> dict:
@@ -430,7 +41,7 @@ def mxfp8_of_large_values(values: np.ndarray) -> dict:
 
 
 @check(9)
-def check_9(ctx: "Context") -> Check:
+def check_9(ctx: Context) -> Check:
     g = grid2d(1000.0)
     situ, swi = float(np.abs(g["situ"]).max()), float(np.abs(g["swiglu"]).max())
     mx = mxfp8_of_large_values(g["swiglu"])
@@ -439,7 +50,7 @@ def check_9(ctx: "Context") -> Check:
     return Check(CLAIMS[8],
                  f"max |SiTU-GLU| over g, u in ±1,000: **{situ:.4g}** (bound {BETA_GATE:g} × {BETA_UP:g} = {CAP:g}); "
                  f"max |SwiGLU| on the same grid: **{swi:,.0f}** (computed by model/activations.py). In MXFP8 the block "
-                 f"of SwiGLU's 32 largest values gets the scale 2{str(mx['scale_exp']).translate(_SUP)} and is stored "
+                 f"of SwiGLU's 32 largest values gets the scale 2{str(mx['scale_exp']).translate(SUPERSCRIPT)} and is stored "
                  f"within **{mx['max_rel_error']:.1%}**, no overflow; E4M3 with no scale would clip it to {e4m3:g} "
                  "(model/quant.py)",
                  "holds with a caveat" if ok and mx["finite"] else "does not hold",
@@ -459,7 +70,7 @@ def check_9(ctx: "Context") -> Check:
 
 
 @check(10)
-def check_10(ctx: "Context") -> Check:
+def check_10(ctx: Context) -> Check:
     cfg, live = ctx.cfg, ctx.model.cfg
     G = 8                                                     # the article's illustration, not K3's deployment
     measured = float(fanout(routing(ctx.out, live.moe_layers), G, live.n_routed_experts).mean())
@@ -506,7 +117,7 @@ def qb_weight_check(model: K3Model, out: K3Output) -> dict:
 
 
 @check(11)
-def check_11(ctx: "Context") -> Check:
+def check_11(ctx: Context) -> Check:
     r = qb_weight_check(ctx.model, ctx.out)
     cfg, live = ctx.cfg, ctx.model.cfg
     G = EXAMPLE_G                                             # the second article's 8 devices (claim 10)
@@ -552,16 +163,9 @@ def check_11(ctx: "Context") -> Check:
                  parts)
 
 
-# Published by DeepSeek (github.com/deepseek-ai/DeepEP, the V1 performance table, now docs/legacy.md): DeepEP's
-# low-latency kernels on H800 GPUs, each with a 400 Gb/s InfiniBand card (RDMA), 128 tokens per batch, hidden 7,168,
-# top-8 experts, FP8 dispatch and BF16 combine, at 8-way expert parallelism.
-DEEPEP = {"dispatch_s": 77e-6, "combine_s": 114e-6, "ep": 8, "tokens": 128, "hidden": 7168, "top_k": 8}
-DEEPEP_SOURCE = ("DeepEP's low-latency kernels (published by DeepSeek, github.com/deepseek-ai/DeepEP: H800 GPUs over "
-                 "RDMA, 128 tokens per batch, hidden 7,168, top-8, FP8 dispatch, BF16 combine)")
-
 
 @check(12)
-def check_12(ctx: "Context") -> Check:
+def check_12(ctx: Context) -> Check:
     cfg, p, bw = ctx.cfg, ctx.params, cost.H200.bandwidth
     lower = cost.bandwidth_bound_step(p.active, 4.25, bw)
     router = p.active_breakdown["router"] * cost.BF16_BITS / 8 / bw
@@ -601,7 +205,7 @@ def check_12(ctx: "Context") -> Check:
 
 
 @check(13)
-def check_13(ctx: "Context") -> Check:
+def check_13(ctx: Context) -> Check:
     parts = (
         Part("Figure 7's 2.5x bundles KDA, AttnRes, Stable LatentMoE and the data recipe", "holds",
              "The report credits the 2.5x of its fitted K2 and K3 scaling-law curves (Figure 7, sec 3.2) to all of "
@@ -620,7 +224,7 @@ def check_13(ctx: "Context") -> Check:
 
 
 @check(14)
-def check_14(ctx: "Context") -> Check:
+def check_14(ctx: Context) -> Check:
     cfg = ctx.cfg
     a = affordability(cfg)
     L, S = cfg.num_layers, cfg.attnres_block_size
@@ -645,7 +249,7 @@ def check_14(ctx: "Context") -> Check:
                  f"2 × {a['full_links']:,} × {cfg.d_model:,} = **{sci(a['full_macs'], 3)}** multiply-adds per token "
                  f"(logit and weighted sum), **{a['share']:.2%}** of the {sci(a['model_macs'], 3)} of the active weights; "
                  f"Block (N = {len(cfg.attnres_blocks)}, blocks of {S}) {a['block_links']:,} links. Vectors kept per "
-                 f"token: {a['full_vectors']} vs {a['block_vectors']} (computed, app/depth.affordability)",
+                 f"token: {a['full_vectors']} vs {a['block_vectors']} (computed, app/attnres.affordability)",
                  "holds with a caveat",
                  "Split: the sourcing holds, but the condition is not strained at 93 layers: the arithmetic it is about "
                  "is a fraction of a percent of the model's, and memory, not compute, is what Block saves.",
@@ -655,7 +259,7 @@ def check_14(ctx: "Context") -> Check:
 
 
 @check(15)
-def check_15(ctx: "Context") -> Check:
+def check_15(ctx: Context) -> Check:
     s = default_scenario()                               # the MoE vs MoA page's defaults: one function, one rounding
     r = cost.ratios(s)
     sweep = [cost.ratios(replace(s, context=T, agent_bits=b)) for T in (2 ** k for k in range(10, 21))
@@ -678,44 +282,10 @@ def check_15(ctx: "Context") -> Check:
 assert sorted(CHECKS) == [c.number for c in CLAIMS], "every claim has exactly one check"
 
 
-@dataclass(frozen=True)
-class Context:
-    model: K3Model                  # the live instance
-    out: K3Output                   # its forward on a prompt
-    cfg: K3Config = field(default_factory=K3Config.full)
-
-    @property
-    def params(self):
-        return count_params(self.cfg)
-
-
 def check_all(model: K3Model, out: K3Output, cfg: K3Config | None = None) -> list[Check]:
     ctx = Context(model, out, cfg or K3Config.full())
     return [CHECKS[c.number](ctx) for c in CLAIMS]
 
-
-def evidence_table(checks: list[Check] | None = None) -> pd.DataFrame:
-    claims = checks and {comp: [c.claim.number for c in checks if comp in c.claim.components] for comp, _, _ in EVIDENCE}
-    return pd.DataFrame([{"component": comp, "confidence": level, "sources": src,
-                          "claims": ", ".join(map(str, (claims or {}).get(comp, [])))} for comp, level, src in EVIDENCE])
-
-
-def parse_claim(raw: str | None, n: int = len(CLAIMS)) -> tuple[int | None, str | None]:
-    """(claim number, notice) from a ?claim= link parameter; a bad value gives a notice and no filter."""
-    if raw is None:
-        return None, None
-    text = str(raw).strip().removeprefix("claim-")
-    try:
-        k = int(text)
-    except ValueError:
-        return None, "not a claim number"
-    if not 1 <= k <= n:
-        return None, f"there are claims 1 to {n} only"
-    return k, None
-
-
-def verdict_slug(v: str) -> str:
-    return v.replace(" ", "-")
 
 
 # ---- cached wrapper -------------------------------------------------------------------------------

@@ -82,6 +82,9 @@ def fmt_tokens(n: int) -> str:
     return str(n)
 
 
+SUPERSCRIPT = str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹")     # "2" + "20".translate(SUPERSCRIPT): 2²⁰
+
+
 _VISIBLE = {" ": "␣", "\n": "↵", "\t": "⇥", "\r": "␍"}
 
 

@@ -9,7 +9,7 @@ What it launches (each on a free loopback port, stopped at the end): `streamlit 
 (the floor: one slider, one button, one plotly scatter of 896 squares, nothing else: the cheapest rerun
 of this Streamlit on this machine), `streamlit run streamlit_app.py` for the app, and for the first
 visits a separate, fresh `streamlit run streamlit_app.py`. One headless Chromium (Debian's, see
-tests/conftest.py) drives them all through Playwright's sync API.
+bench/harness.py) drives them all through Playwright's sync API.
 
 Latency of an input: from the input event itself (the page's own `keydown` / `click` event, timed by
 the browser) until the app is idle again with the change drawn: the rerun's result is on the page (a
@@ -69,9 +69,8 @@ from typing import Callable
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from bench.load_test import pct  # noqa: E402  (one definition of the percentile)
+from bench.harness import CHROMIUM_FLAGS, IDLE, chromium_path, free_port, pct  # noqa: E402
 from deploy.launcher import stop_process  # noqa: E402
-from tests.conftest import CHROMIUM_FLAGS, IDLE, chromium_path, free_port  # noqa: E402  (one definition each)
 
 FLOOR_APP = Path(__file__).resolve().parent / "floor_app.py"
 QUIET_MS = 400            # the DOM must have been quiet this long ...

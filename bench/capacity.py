@@ -64,9 +64,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from app.navigation import PAGES  # noqa: E402
+from bench.harness import free_port, pct  # noqa: E402
 from deploy.launcher import healthy, stop_process, tree_pids, tree_rss  # noqa: E402
 from deploy.protocol import Session, next_state  # noqa: E402
-from tests.conftest import free_port  # noqa: E402
 
 TEMPLATES = (
     "The router sends zebra{i:03d} and every other token to 16 of its 896 experts.",
@@ -381,29 +381,20 @@ async def run_level(n: int, base: str, sampler: Sampler, args, rng: random.Rando
 
 # ---- report -------------------------------------------------------------------------------------
 
-def pct(xs: list[float], q: float) -> float:
-    if not xs:
-        return float("nan")
-    xs = sorted(xs)
-    k = (len(xs) - 1) * q
-    lo, hi = int(k), min(int(k) + 1, len(xs) - 1)
-    return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
-
-
 def summary(level: Level, goal: float) -> dict:
     by = {k: [o.seconds for o in level.ops if o.kind == k and o.ok] for k in ("interact", "navigate", "open", "reconnect")}
     errors = [o for o in level.ops if not o.ok]
     inter = by["interact"]
     return {
         "students": level.students, "interactions": len(inter),
-        "p50": pct(inter, 0.5), "p95": pct(inter, 0.95), "max": max(inter) if inter else float("nan"),
-        "nav_n": len(by["navigate"]), "nav_p50": pct(by["navigate"], 0.5), "nav_p95": pct(by["navigate"], 0.95),
-        "open_p50": pct(by["open"], 0.5), "open_p95": pct(by["open"], 0.95),
-        "reconnects": len(by["reconnect"]), "reconnect_p95": pct(by["reconnect"], 0.95),
+        "p50": pct(inter, 50), "p95": pct(inter, 95), "max": max(inter) if inter else float("nan"),
+        "nav_n": len(by["navigate"]), "nav_p50": pct(by["navigate"], 50), "nav_p95": pct(by["navigate"], 95),
+        "open_p50": pct(by["open"], 50), "open_p95": pct(by["open"], 95),
+        "reconnects": len(by["reconnect"]), "reconnect_p95": pct(by["reconnect"], 95),
         "errors": len(errors), "error_notes": sorted({f"{o.kind} {o.page}/{o.what}: {o.status} {o.note}" for o in errors})[:8],
         "cores": level.cores, "rss_peak_mb": level.rss_peak / 2**20, "client_cores": level.client_cpu,
         "load_before": level.load_before[0], "load_after": level.load_after[0],
-        "meets_goal": bool(inter) and pct(inter, 0.95) <= goal and not errors,
+        "meets_goal": bool(inter) and pct(inter, 95) <= goal and not errors,
         "spread": level.spread, "killed": level.killed, "survivors_healthy": level.survivors_healthy,
         "slowest": slowest(level.ops),
     }
@@ -511,8 +502,8 @@ async def main_async(args) -> int:
         print(f"warm-up {time.perf_counter() - t:.0f} s; first visits (s): {first}")
         if alone:
             xs = sorted(alone.values())
-            print(f"each control once, alone on the server ({len(xs)} controls): median {pct(xs, 0.5):.2f} s, "
-                  f"p95 {pct(xs, 0.95):.2f} s; slowest: "
+            print(f"each control once, alone on the server ({len(xs)} controls): median {pct(xs, 50):.2f} s, "
+                  f"p95 {pct(xs, 95):.2f} s; slowest: "
                   + ", ".join(f"{k} {v:.2f}" for k, v in sorted(alone.items(), key=lambda kv: -kv[1])[:6]))
         print(f"server RSS: {rss0 / 2**20:.0f} MB at start, {rss_warm / 2**20:.0f} MB with the model loaded and "
               f"every page visited once")

@@ -13,7 +13,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from tests.conftest import CHROMIUM_FLAGS, IDLE, chromium_path, free_port  # noqa: E402
+from bench.harness import CHROMIUM_FLAGS, IDLE, chromium_path, free_port  # noqa: E402
 
 
 def one_run(browser) -> tuple[float, float]:

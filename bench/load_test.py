@@ -46,15 +46,21 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from app.navigation import PAGES  # noqa: E402
+from bench.harness import (  # noqa: E402
+    CHIPS,
+    CHROMIUM_FLAGS,
+    MARKER,
+    QUIET_MS,
+    ROUTING_DRAWN_JS,
+    SETTLED_JS,
+    STILL_JS,
+    WATCH_RUNS,
+    chromium_path,
+    free_port,
+    pct,
+)
 from deploy.launcher import stop_process, tree_rss  # noqa: E402
-from tests.conftest import chromium_path, free_port  # noqa: E402  (one definition of each)
 
-CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-IDLE = '[data-testid="stApp"][data-test-script-state="notRunning"][data-test-connection-state="CONNECTED"]'
-MARKER = re.compile(r"zebra\d\d")
-# The Routing explorer's token chips (st.pills, key routing_token; the test id differs across versions)
-CHIPS = '.st-key-routing_token button, [data-testid="stPills"] button'
 TEMPLATES = (
     "The router sends zebra{i:02d} and every other token to 16 of its 896 experts.",
     "def zebra{i:02d}(values):\n    return sum(values) / len(values)\n",
@@ -63,40 +69,6 @@ TEMPLATES = (
     "Students ask zebra{i:02d} why one layer reads a latent cache and the next a state.",
 )
 
-# Installed in every document before the page's own scripts. window.__k3ran turns true whenever the
-# app starts a script run (seen as an attribute change, and polled every 20 ms as a backstop);
-# window.__k3runEnd is when (epoch ms) the app last turned idle, i.e. the server finished a run;
-# window.__k3quiet is the time (epoch ms) of the last change anywhere in the DOM. The app's "not
-# running" flag alone is not enough: on a warm server the run ends while the browser is still
-# drawing its elements (seconds for big plotly charts on 2 cores), so a page counts as settled when
-# a run has happened, the app is idle and connected, and the DOM has been quiet for QUIET_MS.
-QUIET_MS = 400
-WATCH_RUNS = """
-(() => {
-  if (window.__k3watch) return;
-  window.__k3watch = true; window.__k3ran = false; window.__k3quiet = Date.now();
-  window.__k3state = null; window.__k3runEnd = 0;
-  const note = () => {
-    const app = document.querySelector('[data-testid="stApp"]');
-    const v = app ? app.getAttribute('data-test-script-state') : null;
-    if (v === 'running') window.__k3ran = true;
-    if (v === 'notRunning' && window.__k3state !== 'notRunning') window.__k3runEnd = Date.now();
-    window.__k3state = v;
-  };
-  setInterval(note, 20);
-  new MutationObserver(records => {
-    window.__k3quiet = Date.now();
-    for (const r of records) if (r.attributeName === 'data-test-script-state' && r.oldValue === 'running') window.__k3ran = true;
-    note();
-  }).observe(document, {subtree: true, childList: true, characterData: true, attributes: true, attributeOldValue: true});
-})()
-"""
-IDLE_JS = "document.querySelector('" + IDLE.replace("'", "\\'") + "') !== null && document.querySelector('h1') !== null"
-SETTLED_JS = f"() => window.__k3ran === true && {IDLE_JS} && Date.now() - window.__k3quiet > {QUIET_MS}"
-STILL_JS = f"() => window.__k3ran === false && {IDLE_JS}"
-ROUTING_DRAWN_JS = """(k) => document.querySelectorAll('.st-key-routing_token button, [data-testid="stPills"] button')
-  .length > 0 && document.querySelector('.st-key-routing_grid canvas') !== null
-  && document.body.innerText.includes(k + ' of 896')"""
 GRID_TITLE_JS = """() => {
   const head = document.querySelector('.st-key-routing_grid_title');
   return head && document.querySelector('.st-key-routing_grid canvas') ? head.innerText.trim() : null;
@@ -381,17 +353,6 @@ async def run_phase(browser, n: int, pages, args) -> dict:
                 "detail": [asdict(s) for s in sessions]}
     finally:
         server.stop()
-
-
-def pct(values, q: float) -> float:
-    """Percentile by linear interpolation between closest ranks (q in 0..100)."""
-    v = sorted(values)
-    if not v:
-        return float("nan")
-    pos = (len(v) - 1) * q / 100
-    lo = int(pos)
-    hi = min(lo + 1, len(v) - 1)
-    return v[lo] + (v[hi] - v[lo]) * (pos - lo)
 
 
 def mb(b: float) -> str:

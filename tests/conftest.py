@@ -4,8 +4,6 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -18,33 +16,15 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+from bench.harness import CHROMIUM_FLAGS, IDLE, chromium_path, free_port  # noqa: E402
+
 
 def pytest_configure(config):
     # The app's idle-time prefetch (app/live.py) and the server's warm-up (app/warm.py) off in tests and
     # in the servers they start, so that CPU and timings stay each test's own; tests/test_live.py and
-    # tests/test_warm.py turn them on where they are the subject. (A hook, not module code: bench/ imports
-    # this module and its servers keep both on.)
+    # tests/test_warm.py turn them on where they are the subject.
     os.environ.setdefault("K3_PREFETCH", "0")
     os.environ.setdefault("K3_WARM", "0")
-
-
-CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-IDLE = '[data-testid="stApp"][data-test-script-state="notRunning"][data-test-connection-state="CONNECTED"]'
-
-
-def chromium_path() -> str | None:
-    for cand in (os.environ.get("K3_CHROMIUM"), "/usr/bin/chromium", shutil.which("chromium"),
-                 shutil.which("chromium-browser")):
-        if cand and os.path.exists(cand):
-            return cand
-    return None
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @contextlib.contextmanager

@@ -1,12 +1,14 @@
-"""The Claims page data (app/claims.py): every claim of docs/REFERENCES.md once, quoted from its article,
-with a verdict, and the computed values equal to what the accounting, the cost model and the live model
-give (tests/test_docs.py checks the quotations against docs/REFERENCES.md and the articles)."""
+"""The Claims page data (app/claims_data.py, app/claims_architecture.py, app/claims.py): every claim of
+docs/REFERENCES.md once, quoted from its article, with a verdict, and the computed values equal to what the
+accounting, the cost model and the live model give (tests/test_docs.py checks the quotations against
+docs/REFERENCES.md and the articles)."""
 from pathlib import Path
 
 import pytest
 import torch
 
 from app import claims as cl
+from app import claims_data as cd
 from app.charts import claims as charts
 from model.accounting import count_params
 from model.config import K3Config
@@ -17,19 +19,19 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_fifteen_claims_each_once():
-    assert [c.number for c in cl.CLAIMS] == list(range(1, 16))
-    assert len({c.text for c in cl.CLAIMS}) == 15 and len({c.title for c in cl.CLAIMS}) == 15
-    assert len(cl.CHECKS) == 15
+    assert [c.number for c in cd.CLAIMS] == list(range(1, 16))
+    assert len({c.text for c in cd.CLAIMS}) == 15 and len({c.title for c in cd.CLAIMS}) == 15
+    assert len(cd.CHECKS) == 15
 
 
 def test_claims_are_quotations_with_their_article():
-    for c in cl.CLAIMS:
-        assert c.quotes and all(q.text and q.article in cl.ARTICLES for q in c.quotes), c.number
-        md = cl.quote_markdown(c)
-        assert md.startswith("> “") and all(cl.ARTICLES[a].title in md for a in c.articles)
+    for c in cd.CLAIMS:
+        assert c.quotes and all(q.text and q.article in cd.ARTICLES for q in c.quotes), c.number
+        md = cd.quote_markdown(c)
+        assert md.startswith("> “") and all(cd.ARTICLES[a].title in md for a in c.articles)
         assert all(q.text in c.text for q in c.quotes)
     with pytest.raises(ValueError):
-        cl.Quote("a blog", "x")
+        cd.Quote("a blog", "x")
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +47,7 @@ def test_every_check_has_a_known_verdict_and_a_reason(checks):
     _, _, by = checks
     assert sorted(by) == list(range(1, 16))
     for c in by.values():
-        assert c.verdict in cl.VERDICTS and c.why and c.computed
+        assert c.verdict in cd.VERDICTS and c.why and c.computed
     assert by[12].verdict == "does not hold"
     assert by[13].verdict == "holds" and by[13].verdicts == ("holds", "cannot be checked here")
     # claim 6: the 75% is the layer ratio (Kimi Linear), not MLA's latent: as attributed, it does not hold
@@ -61,9 +63,9 @@ def test_every_check_has_a_known_verdict_and_a_reason(checks):
     assert not by[14].matches({"cannot be checked here"}) and not by[1].matches({"does not hold"})
     assert "2607.24653" in by[14].parts[1].why and "memory" in by[14].parts[1].why
     with pytest.raises(ValueError):
-        cl.Check(cl.CLAIMS[0], "x", "maybe", "y")
+        cd.Check(cd.CLAIMS[0], "x", "maybe", "y")
     with pytest.raises(ValueError):
-        cl.Part("x", "perhaps", "y")
+        cd.Part("x", "perhaps", "y")
 
 
 def test_computed_values_equal_the_accounting(checks):
@@ -133,22 +135,22 @@ def test_qb_weight_check_sees_a_bias():
 
 
 def test_link_parameters():
-    assert cl.parse_claim(None) == (None, None)
-    assert cl.parse_claim("6") == (6, None) and cl.parse_claim("claim-6") == (6, None)
-    assert cl.parse_claim("99")[0] is None and "1 to 15" in cl.parse_claim("99")[1]
-    assert cl.parse_claim("<b>x</b>")[0] is None
+    assert cd.parse_claim(None) == (None, None)
+    assert cd.parse_claim("6") == (6, None) and cd.parse_claim("claim-6") == (6, None)
+    assert cd.parse_claim("99")[0] is None and "1 to 15" in cd.parse_claim("99")[1]
+    assert cd.parse_claim("<b>x</b>")[0] is None
 
 
 def test_evidence_table_and_figures(checks):
     _, _, by = checks
-    ev = cl.evidence_table(list(by.values())).set_index("component")
+    ev = cd.evidence_table(list(by.values())).set_index("component")
     # KDA: Kimi Linear is the same team's, and K3's changes are only in the K3 report: not "high"
     assert ev.loc["KDA", "confidence"] == "mixed" and "K3 team's own" in ev.loc["KDA", "sources"]
     assert ev.loc["Gated MLA", "confidence"] == "high" and ev.loc["Block AttnRes", "confidence"] == "self-cited"
     assert ev.loc["Stable LatentMoE", "confidence"] == "mixed"
     assert "7" in ev.loc["Block AttnRes", "claims"] and "14" in ev.loc["Block AttnRes", "claims"]
     assert "2603.15031" in ev.loc["Block AttnRes", "sources"]
-    spec = charts.evidence_spec(ev.reset_index(), cl.LEVELS, "dark")
+    spec = charts.evidence_spec(ev.reset_index(), cd.LEVELS, "dark")
     marks = spec["datasets"]["evidence"].set_index("component")
     # placed on the axis self-cited (0) < mixed (1) < high (2), and the axis names the places
     assert marks.loc["KDA", "position"] == 1 and marks.loc["Gated MLA", "position"] == 2
@@ -163,10 +165,10 @@ def test_evidence_table_and_figures(checks):
         assert marks.loc[comp, "sources"] + ("; " + rest if rest else "") == ev.loc[comp, "sources"]
     assert spec["layer"][-1]["mark"]["color"] == "#fafafa"                    # labels readable in dark mode
     import pandas as pd
-    counts = pd.Series([1, 2, 3, 4], index=list(cl.VERDICTS))
+    counts = pd.Series([1, 2, 3, 4], index=list(cd.VERDICTS))
     v = charts.verdict_spec(counts)
     bars = v["datasets"]["verdicts"]
-    assert bars["verdict"].tolist() == list(cl.VERDICTS) and bars["claims"].tolist() == [1, 2, 3, 4]
+    assert bars["verdict"].tolist() == list(cd.VERDICTS) and bars["claims"].tolist() == [1, 2, 3, 4]
     colour = v["layer"][0]["encoding"]["color"]["scale"]
     assert dict(zip(colour["domain"], colour["range"]))["does not hold"] == "#D55E00"
     assert v["layer"][0]["encoding"]["x"]["scale"]["domain"][1] > 4          # room for the count after the longest bar
@@ -174,10 +176,10 @@ def test_evidence_table_and_figures(checks):
 
 def test_every_claim_has_one_registered_check_and_names_a_page_by_its_url_path():
     from app.navigation import PAGES
-    assert sorted(cl.CHECKS) == [c.number for c in cl.CLAIMS] == list(range(1, 16))
-    assert {c.page for c in cl.CLAIMS} - {""} <= {p.url_path for p in PAGES}
+    assert sorted(cd.CHECKS) == [c.number for c in cd.CLAIMS] == list(range(1, 16))
+    assert {c.page for c in cd.CLAIMS} - {""} <= {p.url_path for p in PAGES}
     with pytest.raises(ValueError):
-        cl.check(3)(lambda ctx: None)                      # a second check for a claim is refused
+        cd.check(3)(lambda ctx: None)                      # a second check for a claim is refused
 
 
 # ---- issue 48: the Claims page's findings, each against the K3 report (arXiv 2607.24653 v2) ----------------
@@ -240,7 +242,7 @@ def test_claim_14_part_one_is_about_sourcing_and_holds(checks):
 def test_every_claim_cites_the_report_by_equation_and_section():
     import re
     eqs = {}
-    for c in cl.CLAIMS:
+    for c in cd.CLAIMS:
         assert c.cite.startswith("K3 report ") and ("sec " in c.cite or "Figure" in c.cite), c.number
         nums = set()
         for a, b in re.findall(r"Eq\. (\d+)(?:[–-](\d+))?", c.cite):
@@ -270,7 +272,7 @@ def test_claim_12_shows_the_moe_vs_moa_pages_step_and_deepeps_published_timings(
     assert c.claim.page == "moe-vs-moa" and c.claim.where == "What one decode step reads"
     assert f'st.subheader("{c.claim.where}")' in (ROOT / "views" / "moa.py").read_text(encoding="utf-8")
     # DeepEP's published low-latency kernels: 77 us dispatch + 114 us combine per layer at EP 8, labelled published
-    assert cl.DEEPEP["dispatch_s"] == 77e-6 and cl.DEEPEP["combine_s"] == 114e-6 and cl.DEEPEP["ep"] == 8
+    assert cd.DEEPEP["dispatch_s"] == 77e-6 and cd.DEEPEP["combine_s"] == 114e-6 and cd.DEEPEP["ep"] == 8
     assert c.values["deepep_layer_s"] == pytest.approx(191e-6) and "**77 us**" in c.computed and "**114 us**" in c.computed
     assert "published by DeepSeek" in c.computed and "github.com/deepseek-ai/DeepEP" in c.computed
     assert c.values["moe_layers"] == 92 and c.values["deepep_forward_s"] == pytest.approx(92 * 191e-6)

@@ -33,7 +33,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, free_port, settle
+from bench.harness import free_port
+from tests.conftest import ROOT, settle
 
 NGINX = shutil.which("nginx") or ("/usr/sbin/nginx" if os.path.exists("/usr/sbin/nginx") else None)
 TIMEOUT = 300_000                       # ms: cold replicas on a busy 2-core machine

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from app import claims as cl
+from app import claims_data as cl
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
@@ -218,7 +218,7 @@ def test_claims_page_names_both_articles_by_title():
 
 
 def test_claims_match_docs_references():
-    """docs/REFERENCES.md lists each claim with the articles it comes from (A, B); app/claims.py agrees."""
+    """docs/REFERENCES.md lists each claim with the articles it comes from (A, B); app/claims_data.py agrees."""
     letter = {"A": "mechanics", "B": "trillion"}
     table = {int(n): {letter[x.strip()] for x in arts.split(",")}
              for n, arts in re.findall(r"^\| (\d+) \| ([AB](?:, [AB])*) \|", text_of(DOCS / "REFERENCES.md"), re.M)}
@@ -254,7 +254,7 @@ def test_docs_and_app_text_are_in_the_projects_own_words():
         return {" ".join(w[i:i + n]) for i in range(len(w) - n + 1)}
     seeds = grams(_seed("mechanics")) | grams(_seed("trillion"))
     titles = set().union(*(grams(a.title) for a in cl.ARTICLES.values()))
-    files = [*DOCS.glob("*.md"), ROOT / "README.md", *(p for p in (ROOT / "app").rglob("*.py") if p.name != "claims.py")]
+    files = [*DOCS.glob("*.md"), ROOT / "README.md", *(p for p in (ROOT / "app").rglob("*.py") if p.name != "claims_data.py")]
     for f in files:
         shared = (grams(text_of(f)) & seeds) - titles
         assert not shared, (str(f.relative_to(ROOT)), sorted(shared)[:3])

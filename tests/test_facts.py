@@ -5,8 +5,8 @@ import math
 import pytest
 
 from app import balance, glossary, overview, parallel, tour
+from app.attnres import AFFORDABLE_SOURCE, PAPER, affordability, affordability_note, depth_attention_macs, growth_at, growth_note
 from app.charts.balance import steps_spec
-from app.depth import AFFORDABLE_SOURCE, PAPER, affordability, affordability_note, depth_attention_macs, growth_at, growth_note
 from model.config import K3Config
 
 K3 = K3Config.full()

@@ -11,6 +11,9 @@ import pytest
 import torch
 
 from app import layer as ly
+from app.layer_data import PART_TITLES, block_of, layer_data
+from app.layer_format import dims, tex
+from app.layer_steps_ffn import gradient_step
 from model.config import K3Config
 from model.k3 import K3Model
 from tests.conftest import open_app_page, outside_code
@@ -46,7 +49,7 @@ def live():
 def data(live):
     model, out, _ = live
     with torch.inference_mode():
-        return {i: ly.layer_data(model, out, i) for i in LAYERS}
+        return {i: layer_data(model, out, i) for i in LAYERS}
 
 
 def tokens(live):
@@ -378,13 +381,13 @@ def test_gradient_step_on_the_live_model(live, data):
     assert math.isfinite(loss) and set(grads) == set(range(1, CFG.num_layers))
     g = grads[KDA_MOE][0].numpy()
     for t in tokens(live):
-        st = ly.gradient_step(data[KDA_MOE], t, loss, g, CFG)
+        st = gradient_step(data[KDA_MOE], t, loss, g, CFG)
         np.testing.assert_array_equal(st.data["descent"], -g[t])
         assert st.data["last"] == (t == T - 1)
         s = st.data["scores"].astype(np.float64)
         assert abs(np.dot(s, g[t])) <= 1e-4 * np.abs(s * g[t]).sum() + 1e-12
     assert np.abs(g[0]).max() > 0 and np.count_nonzero(g[T - 1]) == 0
-    assert "last token" in ly.gradient_step(data[KDA_MOE], T - 1, loss, g, CFG).text
+    assert "last token" in gradient_step(data[KDA_MOE], T - 1, loss, g, CFG).text
 
 
 # ---- what every step says ------------------------------------------------------------------------------------
@@ -400,6 +403,7 @@ def test_every_step_cites_a_section_and_shows_k3_shapes_from_the_config(live, da
                 assert all(1 <= int(n) <= 14 for n in eq if n), st.title        # the report's Eq. 1-14 only
             assert st.shapes and st.text and st.equation and st.filled and st.caption
             assert "nan" not in st.filled and "inf" not in st.filled.replace(r"\infty", "")
+            assert st.headline and "nan" not in st.headline, st.title
             for sh in st.shapes:
                 assert sh.how == "published" or sh.how.startswith(("derived", "published")), sh
                 seen.add((sh.name, sh.here, sh.k3))
@@ -411,15 +415,26 @@ def test_every_step_cites_a_section_and_shows_k3_shapes_from_the_config(live, da
     assert f"[{full.d_model:,}]" == "[7,168]"
 
 
+def test_the_map_gives_each_step_its_own_headline(live, data):
+    steps = ly.walk(data[KDA_MOE], 3, CFG, live[2])
+    rows = ly.layer_map(steps, {"attn"}, "needs two tokens").splitlines()[2:]
+    assert len(rows) == len(steps) + 1 and rows[-1].split(" | ")[3] == "needs two tokens"
+    for row, st in zip(rows, steps):
+        assert row.split(" | ")[3] == st.headline, st.title
+    read = steps[0]
+    w = data[KDA_MOE].reads["attn"].weights[3]
+    assert read.headline == f"{read.data['names'][int(np.argmax(w))]} gets {w.max():.0%} of {len(w)} sources"
+
+
 def test_block_of_and_seal_text():
-    assert ly.block_of(0, CFG) == (1, 0, 11) and ly.block_of(12, CFG) == (2, 12, 23)
-    assert ly.block_of(92, CFG) == (8, 84, 92)
+    assert block_of(0, CFG) == (1, 0, 11) and block_of(12, CFG) == (2, 12, 23)
+    assert block_of(92, CFG) == (8, 84, 92)
 
 
 def test_tex_numbers():
-    assert ly.tex(0.5) == "0.500" and ly.tex(-2.5) == "-2.50" and ly.tex(0) == "0"
-    assert ly.tex(1.2e-7) == r"1.20\times 10^{-7}" and ly.tex(123456) == r"1.23\times 10^{5}"
-    assert ly.dims(96, 128, 128) == "[96 × 128 × 128]"
+    assert tex(0.5) == "0.500" and tex(-2.5) == "-2.50" and tex(0) == "0"
+    assert tex(1.2e-7) == r"1.20\times 10^{-7}" and tex(123456) == r"1.23\times 10^{5}"
+    assert dims(96, 128, 128) == "[96 × 128 × 128]"
 
 
 # ---- the page ---------------------------------------------------------------------------------------------------
@@ -459,7 +474,7 @@ def test_page_kda_layer_attention_part(kda_page):
     assert at.segmented_control(key="layer_part").value == "attention"
     text = page_text(at)
     assert "Kimi Delta Attention, then Stable LatentMoE" in text
-    assert subheaders(at) == [ly.PART_TITLES["read_attn"], ly.PART_TITLES["attn"]]
+    assert subheaders(at) == [PART_TITLES["read_attn"], PART_TITLES["attn"]]
     specs = charts(at)
     assert len(specs) == 7 and all(any(len(f) for f in s["datasets"].values()) for s in specs)
     assert len(at.get("latex")) == 7                          # one block per step: the equation, then filled in
@@ -476,7 +491,7 @@ def test_page_ffn_part_shows_the_router_and_the_shared_experts(kda_page):
     at.segmented_control(key="layer_part").set_value("ffn").run()
     assert not at.exception and not at.error
     assert at.query_params["part"] in ("ffn", ["ffn"])
-    assert subheaders(at) == [ly.PART_TITLES["ffn"]]
+    assert subheaders(at) == [PART_TITLES["ffn"]]
     specs = charts(at)
     assert len(specs) == 7
     router = next(s for s in specs if "ranked" in s["datasets"])
@@ -489,7 +504,7 @@ def test_page_ffn_part_shows_the_router_and_the_shared_experts(kda_page):
 def test_page_onward_part_and_the_router_gradient(kda_page):
     at = kda_page
     at.segmented_control(key="layer_part").set_value("onward").run()
-    assert subheaders(at) == [ly.PART_TITLES["residual"], ly.PART_TITLES["learn"]]
+    assert subheaders(at) == [PART_TITLES["residual"], PART_TITLES["learn"]]
     # the default token is the prompt's last: its router gets no gradient, and a button offers an earlier one
     assert "last token" in notices(at)
     at.button(key="layer_earlier").click().run()
@@ -522,7 +537,7 @@ def test_page_mla_layer_from_a_link():
     assert at.slider(key="layer_layer").value == 92 and at.pills(key="layer_token").value == 3
     text = page_text(at)
     assert "gated MLA" in text and "last block" in text
-    assert subheaders(at) == list(ly.PART_TITLES.values())
+    assert subheaders(at) == list(PART_TITLES.values())
     assert len(charts(at)) == 14
 
 

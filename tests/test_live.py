@@ -228,6 +228,6 @@ def test_the_run_caches_are_bounded_in_bytes():
         run = lv.model(torch.tensor([prompt.ids]), max_tokens=MAX_TOKENS)
     per_run = _tensor_bytes(run)
     assert per_run > 20e6                                                   # the trace is what makes a run heavy
-    from app.depth import FULL_ENTRIES  # the Full-AttnRes variant's runs
+    from app.attnres import FULL_ENTRIES  # the Full-AttnRes variant's runs
     assert (lv_mod.FORWARD_ENTRIES + lv_mod.RESUME_ENTRIES + FULL_ENTRIES) * per_run <= 1.8e9
     assert 0 < lv_mod.CACHE_TTL_S <= 3600

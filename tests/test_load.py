@@ -18,8 +18,8 @@ import urllib.parse
 import pytest
 
 # "Settled" = a script run happened, the app is idle and connected, and the DOM has been quiet for a
-# moment (the app's idle flag alone comes before the browser has drawn a warm page): see the bench.
-from bench.load_test import ROUTING_DRAWN_JS, SETTLED_JS, STILL_JS, WATCH_RUNS
+# moment (the app's idle flag alone comes before the browser has drawn a warm page): see bench/harness.py.
+from bench.harness import CHIPS, MARKER, ROUTING_DRAWN_JS, SETTLED_JS, STILL_JS, WATCH_RUNS
 
 TIMEOUT = 300_000                     # ms: a cold server on a busy 2-core machine
 SESSIONS = (          # prompt (with a unique marker word), layer, top-k, token (the marker's digits)
@@ -28,9 +28,6 @@ SESSIONS = (          # prompt (with a unique marker word), layer, top-k, token 
     ("In 2026 zebra03 had 2,779 billion weights; 104 billion ran.", 62, 23, 8),
     ("Wait -- zebra04? Yes: (a), [b], {c}; \"quoted\" and 'single'!", 90, 40, 6),
 )
-MARKER = re.compile(r"zebra\d\d")
-# The Routing explorer's token chips (st.pills, key routing_token; the test id differs across versions)
-CHIPS = '.st-key-routing_token button, [data-testid="stPills"] button'
 
 GRID_JS = """(cols) => {
   const list = document.querySelector('.st-key-routing_grid_chosen');

@@ -10,12 +10,15 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from app import glossary, layer, model_card, parallel, quant_lab, routing, situ, tour
+from app import glossary, model_card, parallel, quant_lab, routing, situ, tour
+from app.layer_data import CITE, LayerData, Read, report_ref
+from app.layer_steps_ffn import moe_steps
 from model.config import K3Config
 from model.quant import element_grid
 
 ROOT = Path(__file__).resolve().parent.parent
 K3, TINY = K3Config.full(), K3Config.tiny()
+LAYER_TEXT = ("app/layer.py", "app/layer_data.py", "app/layer_steps_attn.py", "app/layer_steps_ffn.py")  # Inside one layer
 
 
 def read(path: str) -> str:
@@ -53,7 +56,7 @@ STABLE_TEXTS = {
 
 
 def test_no_page_says_the_routed_path_diverged_or_blew_up():
-    for path in ("views/situ.py", "app/situ.py", "app/layer.py", "app/glossary.py", "app/tour.py",
+    for path in ("views/situ.py", "app/situ.py", *LAYER_TEXT, "app/glossary.py", "app/tour.py",
                  "docs/ARCHITECTURE.md"):
         text = flat(read(path))
         assert not re.search(r"diverged at scale|blew up|blow up", text), path
@@ -63,7 +66,7 @@ def test_no_page_says_the_routed_path_diverged_or_blew_up():
 
 
 def test_stable_latentmoe_is_three_components_for_two_failure_modes():
-    moe_up = next(s for s in layer._moe_steps(_layer_data(), 0, TINY) if s.key == "moe_up")
+    moe_up = next(s for s in moe_steps(_layer_data(), 0, TINY) if s.key == "moe_up")
     texts = {name: get() for name, get in STABLE_TEXTS.items()} | {"layer": moe_up.text}
     for name, text in texts.items():
         assert "three components for two failure modes" in text, name
@@ -76,14 +79,14 @@ def _layer_data():
     T, l, f, k, E, d = 2, TINY.expert_width, TINY.expert_hidden, TINY.top_k, TINY.n_routed_experts, TINY.d_model
     rng = np.random.default_rng(0)
     r = lambda *shape: rng.standard_normal(shape).astype(np.float32)          # noqa: E731
-    read_ = layer.Read(["emb"], r(T, 1, d), np.ones((T, 1), np.float32), r(T, d), r(T, d), np.ones(d, np.float32))
+    read_ = Read(["emb"], r(T, 1, d), np.ones((T, 1), np.float32), r(T, d), r(T, d), np.ones(d, np.float32))
     ffn = {"z": r(T, l), "expert_hidden": r(T, k, f), "expert_out": r(T, k, l), "u": r(T, l), "u_normed": r(T, l),
            "routed": r(T, d), "shared": r(T, d), "out": r(T, d)}
     idx = np.stack([rng.permutation(E)[:k] for _ in range(T)])
     route = {"scores": rng.random((T, E)).astype(np.float32), "indices": idx,
              "weights": np.full((T, k), 1 / k, np.float32), "cutoff": np.zeros(T, np.float32),
              "bias": np.zeros(E, np.float32)}
-    return layer.LayerData(1, "kda", True, {"attn": read_, "ffn": read_}, {}, ffn, {}, None, {}, None, route)
+    return LayerData(1, "kda", True, {"attn": read_, "ffn": read_}, {}, ffn, {}, None, {}, None, route)
 
 
 # ---- 4. SwiGLU's gate derivative: near 1 only for large positive g, 0 for negative g ----------------------------
@@ -220,7 +223,7 @@ def test_every_equation_cited_in_app_and_views_is_the_k3_reports():
             seen += 1
             assert numbers and numbers <= set(range(1, 15)), (name, numbers)
             # the Claims page keeps the report's place in a field its rendering prefixes with "K3 report"
-            if not name.endswith("claims.py"):
+            if not name.endswith(("claims.py", "claims_data.py", "claims_architecture.py")):
                 assert "K3 report" in flat(before), (name, numbers, before[-80:])
     assert seen >= 20
     assert cited_equations("K3 report Eq. 8–10, sec 2.2")[0][1] == {8, 9, 10}
@@ -229,7 +232,7 @@ def test_every_equation_cited_in_app_and_views_is_the_k3_reports():
 
 def test_architecture_cites_the_report_equations_and_no_sentence_says_they_are_unknown():
     arch = flat(read("docs/ARCHITECTURE.md"))
-    for path in ("docs/ARCHITECTURE.md", "app/layer.py", "app/glossary.py", "model/config.py"):
+    for path in ("docs/ARCHITECTURE.md", *LAYER_TEXT, "app/glossary.py", "model/config.py"):
         assert not re.search(r"(do not|don't) give (its|the) equation numbers|equation numbers are not known|"
                              r"none are quoted", flat(read(path))), path
     for numbers, sec in (("1-6", "2.1.1"), ("7", "2.1.2"), ("8-10", "2.2"), ("12", "2.3.2"), ("14", "2.3.3")):
@@ -240,13 +243,13 @@ def test_architecture_cites_the_report_equations_and_no_sentence_says_they_are_u
 
 def test_every_layer_step_cites_the_report_equation_and_section_beside_the_docs():
     pattern = re.compile(r"^K3 report (Eq\. \d+(–\d+)?( and Eq\. \d+)?, )?sec \d+(\.\d+)*")
-    for key, cite in layer.CITE.items():
+    for key, cite in CITE.items():
         assert pattern.match(cite), key
         assert "docs/ARCHITECTURE.md §" in cite, key
-    with_eq = {k for k, c in layer.CITE.items() if layer.report_ref(c).startswith("K3 report Eq.")}
-    assert set(layer.CITE) - with_eq == {"mla_latent"}           # its latent is in the report's text, unnumbered
-    assert layer.report_ref(layer.CITE["router"]) == "K3 report Eq. 13, sec 2.3.3"
-    assert layer.report_ref(layer.CITE["dense"]) == "K3 report Eq. 12, sec 2.3.2"
+    with_eq = {k for k, c in CITE.items() if report_ref(c).startswith("K3 report Eq.")}
+    assert set(CITE) - with_eq == {"mla_latent"}           # its latent is in the report's text, unnumbered
+    assert report_ref(CITE["router"]) == "K3 report Eq. 13, sec 2.3.3"
+    assert report_ref(CITE["dense"]) == "K3 report Eq. 12, sec 2.3.2"
 
 
 EQUATION_TERMS = {"router": {13}, "stable-latentmoe": {11}, "latent": {11}, "situ-glu": {12}, "kda": set(range(1, 7)),

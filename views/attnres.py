@@ -3,8 +3,7 @@ import streamlit as st
 
 from app import live as lv_mod
 from app import state, ui
-from app.charts.depth import depth_heatmap_spec, retrieval_spec
-from app.depth import (
+from app.attnres import (
     VIEWS,
     affordability_note,
     boundary_rows,
@@ -18,6 +17,7 @@ from app.depth import (
     ratios_note,
     retrieval,
 )
+from app.charts.attnres import depth_heatmap_spec, retrieval_spec
 from app.routing import chip_labels
 from app.text import fmt_bytes, fmt_int, token_text
 from model.attnres import block_sizes, vectors_alive

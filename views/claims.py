@@ -6,14 +6,14 @@ import streamlit as st
 from app import live as lv_mod
 from app import state, ui
 from app.charts.claims import evidence_spec, verdict_spec
-from app.claims import (
+from app.claims import cached_checks
+from app.claims_data import (
     LEVEL_MEANING,
     LEVELS,
     SOURCE,
     VERDICT_COLOURS,
     VERDICT_ICONS,
     VERDICTS,
-    cached_checks,
     evidence_table,
     parse_claim,
     quote_markdown,

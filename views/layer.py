@@ -8,13 +8,14 @@ import streamlit as st
 from app import layer as ly
 from app import state, ui
 from app.charts.layer import step_figure
+from app.layer_data import FULL, PART_TITLES, Step, block_of
+from app.layer_steps_ffn import gradient_step
 from app.live import forward, live
 from app.model_card import kept_and_shrunk
 from app.routing import chip_labels
 
 lv = live()
 cfg = lv.model.cfg
-full = ly.FULL
 LAST = cfg.num_layers - 1
 DEFAULT_LAYER = 5
 SCALE_SHORT = kept_and_shrunk()["short"]     # its widths, head counts and vocabulary shrunk (from the configs)
@@ -22,9 +23,9 @@ KINDS = {"kda": "Kimi Delta Attention", "mla": "gated MLA"}
 NEXT_MLA = cfg.layer_types.index("mla", DEFAULT_LAYER)
 ui.page_header(
     "Inside one layer",
-    f"Follow one token down one of K3's **{full.num_layers} layers**: a read over depth, attention (Kimi Delta "
-    f"Attention or gated MLA), a second read, and the FFN ({full.top_k} of {full.n_routed_experts} experts plus "
-    f"{full.n_shared_experts} shared; one dense network in layer 0), each step with its equation filled in with "
+    f"Follow one token down one of K3's **{FULL.num_layers} layers**: a read over depth, attention (Kimi Delta "
+    f"Attention or gated MLA), a second read, and the FFN ({FULL.top_k} of {FULL.n_routed_experts} experts plus "
+    f"{FULL.n_shared_experts} shared; one dense network in layer 0), each step with its equation filled in with "
     "this token's numbers from the live model.",
     f"compare layer {DEFAULT_LAYER} ({KINDS[cfg.layer_types[DEFAULT_LAYER]]}) with layer {NEXT_MLA} (gated MLA), then "
     "click an earlier token in part 4–5 to see which router scores the loss would raise.",
@@ -55,7 +56,7 @@ def shapes_table(shapes) -> str:
     return "\n".join(rows)
 
 
-def equations(step: ly.Step) -> None:
+def equations(step: Step) -> None:
     """The step's equation, then the same filled in with this token's numbers: one LaTeX block (`\\\\` in a
     step's LaTeX breaks the line), so a step costs the browser one formula element, not two."""
     st.caption(f"The equation ({step.cite}), then the same with this token's numbers (computed):")
@@ -63,7 +64,7 @@ def equations(step: ly.Step) -> None:
              + r"\end{gathered}")
 
 
-def draw(step: ly.Step, n: int) -> None:
+def draw(step: Step, n: int) -> None:
     with st.container(border=True):
         st.markdown(f"**{n}. {step.title}**")
         left, right = st.columns([11, 9], gap="medium")
@@ -91,12 +92,12 @@ def inside() -> None:
                   width="stretch", disabled=layer == 0, help="previous layer")
     c_next.button("Next", icon=":material/chevron_right:", key="layer_next", on_click=step_layer, args=(1,),
                   width="stretch", disabled=layer == LAST, help="next layer")
-    n, first, last = ly.block_of(layer, cfg)
+    n, first, last = block_of(layer, cfg)
     kind = cfg.layer_types[layer]
     ffn = f"dense SiTU-GLU FFN (hidden {cfg.dense_hidden})" if not cfg.is_moe(layer) else "Stable LatentMoE"
     st.markdown(f"**Layer {layer}** (position {layer + 1} of {cfg.num_layers}): {KINDS[kind]}, then {ffn}; AttnRes "
                 f"block {n} (layers {first}–{last}). K3's layer {layer} is the same kind: the live instance keeps "
-                f"K3's schedule, with {SCALE_SHORT} (d = {cfg.d_model} here, {full.d_model:,} in K3).")
+                f"K3's schedule, with {SCALE_SHORT} (d = {cfg.d_model} here, {FULL.d_model:,} in K3).")
     st.caption("Labels: **computed** numbers come from the live tiny model's forward on this prompt; K3's shapes "
                "are **published** in its config, or **derived** from published values as the table says.")
 
@@ -112,8 +113,8 @@ def inside() -> None:
     if "learn" in shown and data.moe and T > 1:
         with st.spinner("Backpropagating the prompt's next-token loss through the live model (once per prompt)…"):
             loss, grads = ly.cached_gradients(prompt.ids)
-        grad = ly.gradient_step(data, token, loss, grads[layer], cfg)
-    gradient_note = (ly.headline(grad) if grad is not None else "no router in layer 0" if not data.moe
+        grad = gradient_step(data, token, loss, grads[layer], cfg)
+    gradient_note = (grad.headline if grad is not None else "no router in layer 0" if not data.moe
                      else "needs two tokens" if T < 2 else "pick part 4–5 (one backward pass per prompt)")
     with st.expander("The whole layer at a glance: every step, one computed number each", expanded=True):
         st.markdown(ly.layer_map(steps, shown, gradient_note))
@@ -125,11 +126,11 @@ def inside() -> None:
             continue
         if step.part != current:
             current = step.part
-            st.subheader(ly.PART_TITLES[current])
+            st.subheader(PART_TITLES[current])
         draw(step, i)
 
     if "learn" in shown:
-        st.subheader(ly.PART_TITLES["learn"])
+        st.subheader(PART_TITLES["learn"])
         if not data.moe:
             st.info(f"Layer 0 has no router: its FFN is dense, so there is nothing to learn about routing here. Pick "
                     f"a layer from 1 to {LAST}.", icon=":material/info:")

@@ -12,6 +12,7 @@ import streamlit as st
 import torch
 
 from app.live import CACHE_TTL_S
+from app.text import SUPERSCRIPT
 from model.attnres import AttnResQuery, DepthState, block_sizes, link_count, vectors_alive
 from model.k3 import K3Model, K3Output, model_with_weights
 
@@ -40,9 +41,6 @@ def link_series(block_size: int, view: str, max_layers: int = 200) -> pd.DataFra
     })
 
 
-_SUP = str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹")
-
-
 def sci(x: float, digits: int = 2) -> str:
     """2.52e8 -> '2.5 × 10⁸' (digits significant figures)."""
     if x == 0:
@@ -51,7 +49,7 @@ def sci(x: float, digits: int = 2) -> str:
     m = x / 10 ** e
     if round(m, digits - 1) >= 10:
         m, e = m / 10, e + 1
-    return f"{m:.{digits - 1}f} × 10{str(e).translate(_SUP)}"
+    return f"{m:.{digits - 1}f} × 10{str(e).translate(SUPERSCRIPT)}"
 
 
 def growth_at(block_size: int, depths: tuple[int, ...] = (100, 200), reads_per_layer: int = 1,
@@ -316,7 +314,7 @@ def full_forward(ids: tuple[int, ...]) -> K3Output:
 def cached_spec(name: str, *args, theme_type: str | None = None) -> dict:
     """Chart specs that depend only on closed forms and a control or two, built once per process (and per
     light / dark theme: their labels take its text colour). Shared: never mutate the returned spec."""
-    from app.charts import depth as charts
+    from app.charts import attnres as charts
     if name == "links":
         block_size, view, mark = args
         return charts.links_spec(link_series(block_size, view), mark, block_size, theme_type=theme_type)

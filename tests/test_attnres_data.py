@@ -1,4 +1,4 @@
-"""Data and figures of the Attention Residuals page (app/depth.py, app/charts/depth.py): link-count
+"""Data and figures of the Attention Residuals page (app/attnres.py, app/charts/attnres.py): link-count
 series, the bookkeeping count, source membership, the retrieval computation on a micro model."""
 import math
 
@@ -6,8 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from app.charts.depth import depth_heatmap_spec, links_spec, retrieval_spec, vectors_spec
-from app.depth import (
+from app.attnres import (
     VIEWS,
     bookkeeping_links,
     boundary_rows,
@@ -20,6 +19,7 @@ from app.depth import (
     source_members,
     vectors_by_block_size,
 )
+from app.charts.attnres import depth_heatmap_spec, links_spec, retrieval_spec, vectors_spec
 from model.config import K3Config
 from model.k3 import K3Model
 
