@@ -4,12 +4,16 @@ The rebalancing protocol, the same for every method: step t draws a fresh batch 
 router scores from the same distribution), routes it top-k with the bias as it stands, records each
 expert's load, and only then updates the bias from that batch, so a batch is never routed with a
 bias derived from itself (what K3 does in training: QB's bias takes effect from the next batch).
-Every method sees the same batches. Pure functions, plus thin Streamlit-cached wrappers at the end.
+Every method sees the same batches. Pure functions, plus the runs kept per process and thin Streamlit-cached
+wrappers at the end.
 """
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+import threading
+from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -18,7 +22,7 @@ import streamlit as st
 import torch
 
 from model.config import K3Config
-from model.moe import QuantileHistogram, quantile_balance, route, sign_rule_update
+from model.moe import QuantileHistogram, grouped_topk, quantile_balance, route, sign_rule_update
 
 METHODS = ("none", "sign", "aux", "qb_hist", "qb")
 LABELS = {
@@ -124,7 +128,7 @@ def aux_loss_step(scores: torch.Tensor, offset: torch.Tensor, top_k: int, coef: 
     logits = torch.logit(scores.float().clamp(1e-6, 1 - 1e-6))
     beta = offset.detach().float().requires_grad_(True)
     s = torch.sigmoid(logits + beta)                                                # [m, n]
-    idx = torch.topk(s.detach(), top_k, dim=-1).indices                             # [m, k] routing
+    idx = grouped_topk(s.detach(), top_k)[1]                                        # [m, k] routing
     f = torch.bincount(idx.reshape(-1), minlength=n).float() / idx.numel()           # [n] sums to 1
     P = (s / s.sum(-1, keepdim=True)).mean(0)                                        # [n] sums to 1
     loss = coef * n * (f * P).sum()
@@ -145,53 +149,87 @@ class Run:
 
 
 def _route(biased: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """(the top-k experts of each token [m, k], in no order; the (k+1)-th biased score [m], QB's cutoff).
-    A partial partition (numpy's introselect) finds the same set as torch.topk at a third of its cost on the
-    CPU; the set is all the simulation needs (loads), and ties have probability zero for float scores."""
-    a = biased.numpy()
-    part = np.argpartition(-a, k, axis=1)                                           # [m, n]; column k is the (k+1)-th
-    cutoff = np.take_along_axis(a, part[:, k:k + 1], axis=1)[:, 0]
-    return torch.from_numpy(part[:, :k]), torch.from_numpy(cutoff)
+    """(the top-k experts of each token [m, k]; the (k+1)-th biased score [m], QB's cutoff)."""
+    vals, idx = grouped_topk(biased, k + 1)                                        # [m, k + 1] sorted
+    return idx[:, :k], vals[:, k]
+
+
+def _step(method: str, param: float, S: torch.Tensor, b: torch.Tensor, setup: Setup
+          ) -> tuple[np.ndarray, torch.Tensor]:
+    """One step of one method: route batch S [m, n] with bias b, then the bias for the next batch.
+    Returns (each expert's load [n], the next bias [n])."""
+    n, k = setup.n_experts, setup.top_k
+    if method == "aux":
+        top, b_next = aux_loss_step(S, b, k, param)                                 # routes, then steps
+    else:
+        top, cutoff = _route(S + b, k)
+    load = torch.bincount(top.reshape(-1), minlength=n)
+    if method == "qb":
+        b_next = quantile_balance(S, b, k, cutoff=cutoff)
+    elif method == "qb_hist":
+        b_next = QuantileHistogram(b, k, setup.bins).add(S, b, cutoff).bias().to(b.dtype)
+    elif method == "sign":
+        b_next = sign_rule_update(load, b, param)
+    elif method == "none":
+        b_next = b
+    return load.numpy(), b_next
+
+
+def _check_methods(methods) -> None:
+    bad = [m for m in methods if m not in METHODS]
+    if bad:
+        raise ValueError(f"method is one of {METHODS}, not {bad}")
 
 
 def simulate_all(setup: Setup, params: dict[str, float], pool: torch.Tensor | None = None,
                  progress=None) -> dict[str, Run]:
     """Every method in `params` (method -> gamma for the sign rule, alpha for the auxiliary loss, unused
     otherwise) over the same setup.steps fresh batches (see the module docstring for the protocol). Each
-    batch is drawn once and routed by every method, so five methods cost one batch stream, not five.
-    progress(step, steps) is called after each step, if given."""
+    batch is drawn once and routed by every method. progress(step, steps) is called after each step."""
+    done = continue_runs(setup, params, pool, progress=progress)
+    return {m: run for m, (run, _) in done.items()}
+
+
+def continue_runs(setup: Setup, params: dict[str, float], pool: torch.Tensor | None = None,
+                  starts: dict[str, tuple[Run, torch.Tensor]] | None = None, workers: int = 1,
+                  progress=None) -> dict[str, tuple[Run, torch.Tensor]]:
+    """simulate_all, continuing earlier runs: `starts` maps a method to a run of fewer steps of the same
+    setup and its bias for the next batch. Step t's batch and bias depend only on the steps before t, so
+    the first steps of a longer run are the shorter run and only the missing steps are computed. Returns
+    each method's run and the bias for the batch after its last. `workers` > 1 runs the methods of a step
+    side by side (torch and numpy release the interpreter inside their operations)."""
     setup.check()
-    bad = [m for m in params if m not in METHODS]
-    if bad:
-        raise ValueError(f"method is one of {METHODS}, not {bad}")
+    _check_methods(params)
+    n = setup.n_experts
+    empty = (np.zeros((0, n), np.int64), np.zeros((0, n), np.float32))
+    state = {}
+    for m in params:
+        run, bias = (starts or {}).get(m) or (Run(m, params[m], *empty), torch.zeros(n))
+        state[m] = ([run.loads], [run.biases], bias, len(run.loads))
     src = Scores(setup, pool)
-    n, k = setup.n_experts, setup.top_k
-    bias = {m: torch.zeros(n) for m in params}
-    loads = {m: [] for m in params}
-    biases = {m: [] for m in params}
-    for t in range(setup.steps):
-        S = src.batch(t)                                                           # [m, n]
-        for method, param in params.items():
-            b = bias[method]
-            biases[method].append(b.numpy().copy())
-            if method == "aux":
-                top, b_next = aux_loss_step(S, b, k, param)                         # routes, then steps
-            else:
-                top, cutoff = _route(S + b, k)
-            load = torch.bincount(top.reshape(-1), minlength=n)
-            loads[method].append(load.numpy())
-            if method == "qb":
-                b_next = quantile_balance(S, b, k, cutoff=cutoff)
-            elif method == "qb_hist":
-                b_next = QuantileHistogram(b, k, setup.bins).add(S, b).bias().to(b.dtype)
-            elif method == "sign":
-                b_next = sign_rule_update(load, b, param)
-            elif method == "none":
-                b_next = b
-            bias[method] = b_next
-        if progress is not None:
-            progress(t + 1, setup.steps)
-    return {m: Run(m, p, np.stack(loads[m]), np.stack(biases[m])) for m, p in params.items()}
+    pool_ex = ThreadPoolExecutor(max_workers=workers) if workers > 1 else None
+
+    def one(m, S):
+        loads, biases, bias, _ = state[m]
+        biases.append(bias.numpy().copy()[None])
+        load, nxt = _step(m, params[m], S, bias, setup)
+        loads.append(load[None])
+        return m, nxt
+
+    try:
+        for t in range(min((st[3] for st in state.values()), default=setup.steps), setup.steps):
+            due = [m for m in params if state[m][3] <= t]
+            S = src.batch(t)                                                       # [m, n], once for all
+            results = pool_ex.map(one, due, [S] * len(due)) if pool_ex else [one(m, S) for m in due]
+            for m, nxt in results:
+                loads, biases, _, _ = state[m]
+                state[m] = (loads, biases, nxt, t + 1)
+            if progress is not None:
+                progress(t + 1, setup.steps)
+    finally:
+        if pool_ex:
+            pool_ex.shutdown()
+    return {m: (Run(m, params[m], np.concatenate(st[0]), np.concatenate(st[1])), st[2]) for m, st in state.items()}
 
 
 def simulate(setup: Setup, method: str, param: float = 0.0, pool: torch.Tensor | None = None) -> Run:
@@ -459,14 +497,60 @@ def method_params(gamma: float, aux: float) -> dict[str, float]:
     return {"none": 0.0, "sign": float(gamma), "aux": float(aux), "qb_hist": 0.0, "qb": 0.0}
 
 
-@st.cache_data(max_entries=32, show_spinner=False)
+# Each method's run, kept per process and shared by every session: a control that changes one method's
+# parameter (gamma, alpha, the histogram's bins) recomputes that method only, and more steps continue the
+# run kept rather than start again. A run of 30 steps over 896 experts is ~0.2 MB; 64 of them are kept.
+RUN_ENTRIES = 64
+_runs: OrderedDict = OrderedDict()
+_runs_lock = threading.Lock()
+
+
+def _run_key(setup: Setup, method: str, param: float, source: str, layer: int) -> tuple:
+    # only what changes this method's numbers: the steps are a prefix, the bins matter to the histogram
+    # method alone, the skew to synthetic scores alone, the layer to the live model's alone
+    s = replace(setup, steps=0, bins=setup.bins if method == "qb_hist" else 0,
+                skew=setup.skew if source == "synthetic" else 0.0)
+    return (s, method, float(param) if method in ("sign", "aux") else 0.0, source, layer if source == "live" else 0)
+
+
+def _kept(key: tuple) -> tuple[Run, torch.Tensor] | None:
+    with _runs_lock:
+        return _runs.get(key)
+
+
+def _keep(key: tuple, value: tuple[Run, torch.Tensor]) -> None:
+    with _runs_lock:
+        _runs[key] = value
+        _runs.move_to_end(key)
+        while len(_runs) > RUN_ENTRIES:
+            _runs.popitem(last=False)
+
+
+def method_runs(setup: Setup, params: dict[str, float], source: str, layer: int,
+                pool: torch.Tensor | None = None) -> dict[str, Run]:
+    """The methods' runs of `setup` from the process-wide store; those missing or too short are computed
+    (continued) together, one batch stream for all, two methods at a time (the server's two cores).
+    `pool`: the live router scores when source is "live"."""
+    keys = {m: _run_key(setup, m, p, source, layer) for m, p in params.items()}
+    kept = {m: _kept(key) for m, key in keys.items()}
+    todo = {m: p for m, p in params.items() if kept[m] is None or len(kept[m][0].loads) < setup.steps}
+    if todo:
+        done = continue_runs(setup, todo, pool if source == "live" else None,
+                             starts={m: kept[m] for m in todo if kept[m] is not None}, workers=2)
+        for m, value in done.items():
+            _keep(keys[m], value)
+            kept[m] = value
+    return {m: Run(m, p, kept[m][0].loads[: setup.steps], kept[m][0].biases[: setup.steps])
+            for m, p in params.items()}
+
+
 def cached_runs(setup: Setup, gamma: float, aux: float, source: str, layer: int) -> dict[str, Run]:
-    """All five methods on one stream of batches (the page's whole simulation, cached per input)."""
-    return simulate_all(setup, method_params(gamma, aux), _pool(source, layer))
+    """All five methods: the page's whole simulation."""
+    return method_runs(setup, method_params(gamma, aux), source, layer, _pool(source, layer))
 
 
 def default_runs() -> dict[str, Run]:
-    """The page's default view's simulation: the same call, so the same cache entry, as the page's."""
+    """The page's default view's simulation: the same call, so the same runs kept, as the page's."""
     return cached_runs(Setup(), DEFAULT_GAMMA, DEFAULT_AUX, DEFAULT_SOURCE, DEFAULT_LAYER)
 
 
@@ -475,21 +559,23 @@ def _pool(source: str, layer: int) -> torch.Tensor | None:
 
 
 @st.cache_data(max_entries=64, show_spinner=False)
-def cached_hist_check(setup: Setup, gamma: float, aux: float, step: int, source: str, layer: int) -> HistCheck:
-    run = cached_runs(setup, gamma, aux, source, layer)["qb_hist"]
+def cached_hist_check(setup: Setup, step: int, source: str, layer: int) -> HistCheck:
+    run = method_runs(setup, {"qb_hist": 0.0}, source, layer, _pool(source, layer))["qb_hist"]
     return hist_check(setup, run.biases[step], step, _pool(source, layer))
 
 
 @st.cache_data(max_entries=64, show_spinner=False)
-def cached_weight_check(setup: Setup, gamma: float, aux: float, step: int, source: str, layer: int) -> WeightCheck:
-    runs = cached_runs(setup, gamma, aux, source, layer)
-    return weight_check(setup, runs["qb"].biases[step], runs["aux"].biases[step], step, _pool(source, layer))
+def cached_weight_check(setup: Setup, aux: float, step: int, source: str, layer: int) -> WeightCheck:
+    pool = _pool(source, layer)
+    runs = method_runs(setup, {"qb": 0.0, "aux": aux}, source, layer, pool)
+    return weight_check(setup, runs["qb"].biases[step], runs["aux"].biases[step], step, pool)
 
 
 @st.cache_data(max_entries=64, show_spinner=False)
-def cached_sign_story(setup: Setup, gamma: float, aux: float, source: str, layer: int) -> SignStory:
-    runs = cached_runs(setup, gamma, aux, source, layer)
-    return sign_story(setup, runs["qb"], runs["sign"], _pool(source, layer))
+def cached_sign_story(setup: Setup, gamma: float, source: str, layer: int) -> SignStory:
+    pool = _pool(source, layer)
+    runs = method_runs(setup, {"qb": 0.0, "sign": gamma}, source, layer, pool)
+    return sign_story(setup, runs["qb"], runs["sign"], pool)
 
 
 @st.cache_data(max_entries=64, show_spinner=False)

@@ -1,9 +1,10 @@
 """Warming a fresh server: what the pages' default views compute once per process, computed in the
 background after the first page a person opens, so the next pages they open find it ready.
 
-On this 2-core machine a page's first visit after a server start paid for it itself: the Routing explorer
-~3.5 s to route the held-out sample, the balancing lab ~3.2 s to simulate its default setting, Inside one
-layer ~1.8 s to load the live model, Attention Residuals ~1 s for its Full-AttnRes variant. Every task
+Without it, a page's first visit after a server start pays for it itself (this 2-core machine): the Routing
+explorer ~3.5 s to route the held-out sample, Inside one layer ~1.8 s to load the live model, the balancing lab
+~1 s to simulate its default setting and ~1.7 s for the live router's scores, the Quantization lab ~1-1.5 s
+per experiment, Attention Residuals ~1 s for its Full-AttnRes variant. Every task
 here calls the page's own cached function with the page's own default input, so what it computes is
 what the page would have computed; it fills the caches that every session shares (st.cache_resource /
 st.cache_data) and nothing else. Runs once per process, in one daemon thread; a failing task is skipped
@@ -92,7 +93,7 @@ def _heldout() -> None:
 
 
 def _full_attnres() -> None:
-    from app.depth import full_forward
+    from app.attnres import full_forward
     from app.live import DEFAULT_PRESET, PRESETS, live, prepare_prompt
     full_forward(prepare_prompt(PRESETS[DEFAULT_PRESET], live().tokenizer).ids)
 
@@ -102,13 +103,34 @@ def _balance() -> None:
     default_runs()
 
 
-# in the guided tour's order of the pages that need them (app/navigation.py PAGES)
+def _balance_live() -> None:
+    from app.balance import DEFAULT_LAYER, live_pool
+    live_pool(DEFAULT_LAYER)
+
+
+def _quant_experiment(variant: str) -> Callable[[], None]:
+    def task() -> None:
+        from app.live import DEFAULT_PRESET, PRESETS, live, prepare_prompt
+        from app.quant_lab import cached_heldout_comparison, cached_prompt_comparison
+        cached_heldout_comparison(variant)
+        cached_prompt_comparison(prepare_prompt(PRESETS[DEFAULT_PRESET], live().tokenizer).ids, variant)
+    return task
+
+
+# app.quant_lab's VARIANTS, named here because importing that module imports torch, which the first page
+# must not wait for (tests/test_warm.py checks the two agree)
+QUANT_EXPERIMENTS = ("act", "coarse", "router", "all")
+
+# in the guided tour's order of the pages that need them (app/navigation.py PAGES); one task per experiment of
+# the Quantization lab, so a visitor who comes meanwhile waits for one (~1 s), not four
 TASKS: tuple[tuple[str, Callable[[], None]], ...] = (
     ("the live model", _live),
     ("the default prompt's forward", _default_forward),
     ("the held-out sample's routing", _heldout),
     ("the Full-AttnRes variant on the default prompt", _full_attnres),
     ("the balancing lab's default simulation", _balance),
+    ("the balancing lab's live router scores", _balance_live),
+    *((f"the Quantization lab's experiment {v!r}", _quant_experiment(v)) for v in QUANT_EXPERIMENTS),
 )
 
 

@@ -42,8 +42,8 @@ def per_token_loop(z, idx, w, wg, wu, wd):
     for t in range(z.shape[0]):
         for slot in range(idx.shape[1]):
             e = int(idx[t, slot])
-            h = situ_glu(z[t] @ wg[e], z[t] @ wu[e])
-            out[t] += w[t, slot] * (h @ wd[e])
+            h = situ_glu(wg[e] @ z[t], wu[e] @ z[t])          # matrices stored [out, in]
+            out[t] += w[t, slot] * (wd[e] @ h)
     return out
 
 
@@ -104,7 +104,7 @@ def main():
 
     E, l, f = cfg.n_routed_experts, cfg.latent_dim, cfg.expert_hidden
     z = torch.randn(64, l)
-    wg, wu, wd = torch.randn(E, l, f) * 0.2, torch.randn(E, l, f) * 0.2, torch.randn(E, f, l) * 0.3
+    wg, wu, wd = torch.randn(E, f, l) * 0.2, torch.randn(E, f, l) * 0.2, torch.randn(E, l, f) * 0.3
     idx, w, _ = route(torch.rand(64, E), None, cfg.top_k)
     with torch.inference_mode():
         grouped = median_ms(lambda: grouped_experts(z, idx, w, wg, wu, wd, situ_glu), args.reps)

@@ -27,6 +27,7 @@ Used by `python -m deploy` (warm-up of each replica) and by `bench/capacity.py` 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 import urllib.parse
 from dataclasses import dataclass, field
@@ -105,6 +106,7 @@ class Session:
         self.page_script_hash = ""
         self.pages: dict[str, str] = {}          # url path -> page_script_hash ("" is the default page)
         self.widgets: dict[str, Widget] = {}     # widget id -> Widget, as last drawn
+        self._sent: dict[str, WidgetState] = {}  # widget id -> the state this page last sent it
         self._queue: asyncio.Queue = asyncio.Queue()
         self._reader: asyncio.Task | None = None
         self._lost = asyncio.Event()
@@ -166,6 +168,7 @@ class Session:
         cs.context_info.timezone = "UTC"
         cs.context_info.locale = "en-US"
         cs.context_info.url = self.http_base + page + ("?" + query if query else "")
+        self._sent.clear()
         return await self._run(bm)
 
     @property
@@ -199,6 +202,7 @@ class Session:
         cs.context_info.timezone = "UTC"
         cs.context_info.locale = "en-US"
         cs.context_info.url = self.http_base + "?" + self.query_string
+        self._sent[state.id] = state
         return await self._run(bm)
 
     # ---- internals ----------------------------------------------------------------------------------
@@ -237,7 +241,10 @@ class Session:
                 run.status = done
                 break
         run.seconds = time.perf_counter() - t0
-        # the widgets on the page now: a full run redrew them all, a fragment run only its own
+        # the widgets on the page now: a full run redrew them all, a fragment run only its own. The
+        # server redraws a widget with its default, not the value the person set (the browser keeps
+        # that), so the value this session sent is put back, as the browser shows it.
+        seen = {wid: _with_state(w, self._sent[wid]) if wid in self._sent else w for wid, w in seen.items()}
         if run.status == "full":
             self.widgets = seen
         elif run.status == "fragment":
@@ -279,6 +286,32 @@ class Session:
         elif t == "script_finished":
             return FINISHED.get(msg.script_finished)   # None for FINISHED_EARLY_FOR_RERUN: keep waiting
         return None
+
+
+def _with_state(w: Widget, s: WidgetState) -> Widget:
+    """`w` showing the value `s` set (unless the app itself set one since)."""
+    if getattr(w.proto, "set_value", False):
+        return w
+    p = type(w.proto)()
+    p.CopyFrom(w.proto)
+    if w.kind == "slider" and len(p.options):       # st.select_slider: labels -> option indices
+        labels = list(p.options)
+        del p.value[:]
+        p.value.extend(float(labels.index(x)) for x in s.string_array_value.data if x in labels)
+    elif w.kind == "slider":
+        del p.value[:]
+        p.value.extend(s.double_array_value.data)
+    elif w.kind == "checkbox":
+        p.value = s.bool_value
+    elif w.kind == "button_group":
+        del p.raw_values[:]
+        p.raw_values.extend(s.string_array_value.data)
+    elif w.kind in ("radio", "selectbox"):
+        p.raw_value = s.string_value
+    else:
+        return w
+    p.set_value = True
+    return dataclasses.replace(w, proto=p)
 
 
 # ---- a widget's next value, as a person would set it --------------------------------------------------

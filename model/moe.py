@@ -69,7 +69,7 @@ class RouteInfo:
 
 
 def grouped_topk(x: torch.Tensor, m: int, group: int = 8) -> tuple[torch.Tensor, torch.Tensor]:
-    """torch.topk(x, m, dim=-1) (sorted) in two stages, ~2x faster for many rows of E = 896: the m
+    """torch.topk(x, m, dim=-1) (sorted) in two stages, ~3x faster for 64 rows of E = 896: the m
     largest values of a row lie in the m groups (of `group` neighbours) with the largest maxima, so a
     second top-m over those m * group candidates finds them. The same values; among exactly equal
     values the indices may come in another order. Falls back to torch.topk where it cannot help."""
@@ -84,12 +84,14 @@ def grouped_topk(x: torch.Tensor, m: int, group: int = 8) -> tuple[torch.Tensor,
 
 
 def route(scores: torch.Tensor, bias: torch.Tensor | None, top_k: int,
-          override: RoutingOverride | None = None, fast: bool = False):
+          override: RoutingOverride | None = None):
     """(indices [..., k], weights [..., k], cutoff [...]) for scores [..., E].
 
     Selection uses s + b; the weights use the raw s only (K3 report: bias is for selection, and the
     routed scaling factor is 1.0), so the balancing bias never changes what an expert contributes.
-    `fast`: select with grouped_topk (training, where the order of exact ties does not matter).
+    The top-k is grouped_topk: torch.topk's values, ~3x faster on 64 rows of 896 (the largest single
+    cost of the live forward). Exactly equal biased scores may come in another order than torch.topk's,
+    a choice between equals either way.
     """
     E = scores.shape[-1]
     ov = override or RoutingOverride()
@@ -100,7 +102,7 @@ def route(scores: torch.Tensor, bias: torch.Tensor | None, top_k: int,
         biased = biased.index_fill(-1, torch.tensor(blocked, device=scores.device), -math.inf)
     free = k - len(ov.forced)                           # slots decided by score
     m = min(free + 1, E)                                # one more for the cutoff when it exists
-    vals, idx = grouped_topk(biased, m) if fast else torch.topk(biased, m, dim=-1, sorted=True)   # [..., m]
+    vals, idx = grouped_topk(biased, m)                                       # [..., m] sorted
     if free + 1 <= E:
         cutoff = vals[..., free]                                             # [...]
         idx = idx[..., :free]
@@ -144,7 +146,7 @@ class Router(nn.Module):
         # through) the [N, E] score matrix, which dominated a large batch's step.
         with torch.no_grad():
             scores = torch.sigmoid(F.linear(x.to(rdt), self.weight.to(rdt)))    # [..., E]
-            idx, _, cutoff = route(scores, bias_used, self.top_k, override, fast=True)
+            idx, _, cutoff = route(scores, bias_used, self.top_k, override)
         w_sel = F.embedding(idx, self.weight.to(rdt))                           # [..., k, d] rows of W_r
         s_sel = torch.sigmoid((x.to(rdt).unsqueeze(-2) * w_sel).sum(-1))        # [..., k]
         p = s_sel / s_sel.sum(-1, keepdim=True).clamp_min(1e-30)
@@ -163,48 +165,50 @@ def grouped_experts(z, indices, weights, w_gate, w_up, w_down, act, quant_act: b
     z [N, w]; indices, weights [N, k]; w_gate, w_up [E, f, w]; w_down [E, w, f] -> [N, w]. Each
     expert's matrices are stored [out, in] like nn.Linear's weight (so MXFP4 blocks, cut along each
     expert's rows, run along the input dimension as in OCP MX and K3's checkpoint).
-    The (token, slot) pairs are sorted by expert, so each expert's tokens form one group (what an
-    expert-parallel all-to-all sends to one rank); no loop over experts. Two layouts of the same
+    For the tiles the (token, slot) pairs are sorted by expert, so each expert's tokens form one group
+    (what an expert-parallel all-to-all sends to one rank); no loop over experts. Two layouts of the same
     computation, chosen by the mean group size (bench/bench_model.py, bench/bench_train.py):
     * tiles: each group is cut into tiles of c rows (c = 2..32, about the mean group size), zero-padded,
       and one bmm per matrix runs over all tiles with each tile's expert weights. The padding is at most
       one partial tile per expert, however skewed the groups are (a frequent token sends all its copies
       to the same 16 experts), which keeps a training step's cost independent of the routing;
-    * per pair (groups of one or two, a short prompt): each sorted pair gathers its expert's weights,
-      one bmm over pairs.
+    * per pair (groups of one or two, a short prompt): each (token, slot) pair gathers its expert's
+      weights, one bmm over pairs, unsorted.
     """
     N, k = indices.shape
     E = w_gate.shape[0]
     flat = indices.reshape(-1)                                   # [P] expert of each pair
     P = flat.numel()
-    order = torch.argsort(flat, stable=True)                     # [P] pairs grouped by expert
-    expert = flat[order]                                         # [P] sorted expert ids
-    token = torch.div(order, k, rounding_mode="floor")           # [P] token of each sorted pair
     if quant_act:   # MXFP8 per token row: tokens never share a block scale (keeps causality)
         z = mx_fake_quant(z, "e4m3", per_row=True)
     c = 1 << max(0, min(5, (P // E).bit_length() - 1)) if P >= E else 1   # tile rows, a power of two
-    if c > 1:
-        counts = torch.bincount(flat, minlength=E)               # [E] group sizes
-        tiles = torch.div(counts + c - 1, c, rounding_mode="floor")          # [E] tiles per group
-        first = torch.cumsum(tiles, 0) - tiles                   # [E] first tile of each group
-        start = torch.cumsum(counts, 0) - counts                 # [E] first sorted pair of each group
-        pos = torch.arange(P, device=flat.device) - start[expert]            # [P] place in its group
-        slot = (first[expert] + torch.div(pos, c, rounding_mode="floor")) * c + pos % c   # [P] buffer row
-        n = int(tiles.sum())
-        owner = torch.repeat_interleave(torch.arange(E, device=flat.device), tiles)      # [n] tile's expert
-        zt = z.new_zeros(n * c, z.shape[1]).index_copy(0, slot, z.index_select(0, token)).view(n, c, -1)
-        h = act(torch.bmm(zt, w_gate.index_select(0, owner).transpose(1, 2)),
-                torch.bmm(zt, w_up.index_select(0, owner).transpose(1, 2)))          # [n, c, f]
+    if c == 1:
+        # per pair, in (token, slot) order: no sort needed, and each token's k outputs are one row
+        # of a batched weighted sum
+        zp = z.repeat_interleave(k, 0).unsqueeze(1)              # [P, 1, w]
+        h = act(torch.bmm(zp, w_gate.index_select(0, flat).transpose(1, 2)),
+                torch.bmm(zp, w_up.index_select(0, flat).transpose(1, 2)))       # [P, 1, f]
         if quant_act:
             h = mx_fake_quant(h, "e4m3", per_row=True)
-        out = torch.bmm(h, w_down.index_select(0, owner).transpose(1, 2)).view(n * c, -1).index_select(0, slot)
-    else:
-        zp = z.index_select(0, token).unsqueeze(1)               # [P, 1, w]
-        h = act(torch.bmm(zp, w_gate.index_select(0, expert).transpose(1, 2)),
-                torch.bmm(zp, w_up.index_select(0, expert).transpose(1, 2)))     # [P, 1, f]
-        if quant_act:
-            h = mx_fake_quant(h, "e4m3", per_row=True)
-        out = torch.bmm(h, w_down.index_select(0, expert).transpose(1, 2)).squeeze(1)        # [P, w]
+        out = torch.bmm(h, w_down.index_select(0, flat).transpose(1, 2))         # [P, 1, w]
+        return torch.bmm(weights.reshape(N, 1, k).to(out.dtype), out.view(N, k, -1)).squeeze(1)   # [N, w]
+    order = torch.argsort(flat, stable=True)                     # [P] pairs grouped by expert
+    expert = flat[order]                                         # [P] sorted expert ids
+    token = torch.div(order, k, rounding_mode="floor")           # [P] token of each sorted pair
+    counts = torch.bincount(flat, minlength=E)                   # [E] group sizes
+    tiles = torch.div(counts + c - 1, c, rounding_mode="floor")  # [E] tiles per group
+    first = torch.cumsum(tiles, 0) - tiles                       # [E] first tile of each group
+    start = torch.cumsum(counts, 0) - counts                     # [E] first sorted pair of each group
+    pos = torch.arange(P, device=flat.device) - start[expert]    # [P] place in its group
+    slot = (first[expert] + torch.div(pos, c, rounding_mode="floor")) * c + pos % c   # [P] buffer row
+    n = int(tiles.sum())
+    owner = torch.repeat_interleave(torch.arange(E, device=flat.device), tiles)      # [n] tile's expert
+    zt = z.new_zeros(n * c, z.shape[1]).index_copy(0, slot, z.index_select(0, token)).view(n, c, -1)
+    h = act(torch.bmm(zt, w_gate.index_select(0, owner).transpose(1, 2)),
+            torch.bmm(zt, w_up.index_select(0, owner).transpose(1, 2)))          # [n, c, f]
+    if quant_act:
+        h = mx_fake_quant(h, "e4m3", per_row=True)
+    out = torch.bmm(h, w_down.index_select(0, owner).transpose(1, 2)).view(n * c, -1).index_select(0, slot)
     out = out * weights.reshape(-1)[order].unsqueeze(1).to(out.dtype)
     return out.new_zeros(N, out.shape[1]).index_add_(0, token, out)  # [N, w]
 
@@ -342,7 +346,7 @@ def _cutoff(scores: torch.Tensor, bias: torch.Tensor, top_k: int) -> torch.Tenso
     # alpha_i: the (k+1)-th largest biased score of token i, the bar a new expert has to clear
     if top_k >= scores.shape[-1]:
         raise ValueError("balancing needs top_k < number of experts")
-    return torch.topk(scores + bias, top_k + 1, dim=-1).values[:, top_k]       # [m]
+    return grouped_topk(scores + bias, top_k + 1)[0][:, top_k]                 # [m]
 
 
 def _target_rank(m: int, top_k: int, n_experts: int) -> int:
@@ -365,7 +369,7 @@ def quantile_balance(scores: torch.Tensor, bias: torch.Tensor, top_k: int,
     alpha = _cutoff(scores, bias, top_k) if cutoff is None else cutoff
     margin = scores - alpha.unsqueeze(1)                                      # [m, E]
     q = _target_rank(m, top_k, E)
-    b_hat = -torch.topk(margin, q + 1, dim=0).values[q]                        # [E]
+    b_hat = -grouped_topk(margin.T.contiguous(), q + 1)[0][:, q]               # [E] per expert (row)
     return b_hat - b_hat.mean() if centre else b_hat
 
 
@@ -385,9 +389,13 @@ class QuantileHistogram:
         self.counts = torch.zeros(bias.shape[0], bins, dtype=torch.float64)   # [E, bins]
         self.m = 0
 
-    def add(self, scores: torch.Tensor, bias: torch.Tensor) -> "QuantileHistogram":
+    def add(self, scores: torch.Tensor, bias: torch.Tensor, cutoff: torch.Tensor | None = None
+            ) -> "QuantileHistogram":
+        """Count a batch's scores [m, E] routed with `bias`; `cutoff` [m]: their (k+1)-th biased scores
+        when the caller has them (RouteInfo.cutoff), saving a top-k."""
         E = scores.shape[1]
-        r = _cutoff(scores, bias, self.top_k).unsqueeze(1) - scores             # [m, E]
+        alpha = _cutoff(scores, bias, self.top_k) if cutoff is None else cutoff
+        r = alpha.unsqueeze(1) - scores                                         # [m, E]
         b = ((r.double() - self.lo) / self.width).floor().long().clamp(0, self.bins - 1)
         flat = (b + torch.arange(E).unsqueeze(0) * self.bins).reshape(-1)       # [m*E]
         self.counts += torch.bincount(flat, minlength=E * self.bins).reshape(E, self.bins)

@@ -171,3 +171,50 @@ def test_figures():
     unsorted = load_spec(loads, setup.target, "none")["datasets"]["loads"]
     assert ((unsorted["status"] == "no token (dead)") == (loads == 0)).all()
     assert ((unsorted["status"] == "over the target") == (loads > setup.target)).all()
+
+
+def test_a_longer_run_continues_a_shorter_one_exactly():
+    """Step t's batch and bias depend only on the steps before it, so the lab continues a kept run when the
+    steps grow: the result must equal a run computed from the start, two methods at a time or one."""
+    from app.balance import continue_runs, method_params, simulate_all
+    setup, params = Setup(n_experts=64, top_k=4, tokens=256, steps=7), method_params(0.01, 100.0)
+    whole = simulate_all(setup, params)
+    short = continue_runs(Setup(n_experts=64, top_k=4, tokens=256, steps=3), params)
+    longer = continue_runs(setup, params, starts=short, workers=2)
+    for m in METHODS:
+        assert longer[m][0].loads.shape == (7, 64)
+        np.testing.assert_array_equal(longer[m][0].loads, whole[m].loads)
+        np.testing.assert_array_equal(longer[m][0].biases, whole[m].biases)
+
+
+def test_changing_one_methods_parameter_recomputes_that_method_only(monkeypatch):
+    from app import balance
+    asked = []
+    real = balance.continue_runs
+
+    def spy(setup, params, *a, **k):
+        asked.append((setup.steps, sorted(params)))
+        return real(setup, params, *a, **k)
+    monkeypatch.setattr(balance, "_runs", type(balance._runs)())
+    monkeypatch.setattr(balance, "continue_runs", spy)
+    setup = Setup(n_experts=64, top_k=4, tokens=256, steps=4, seed=11)
+    first = balance.method_runs(setup, balance.method_params(0.01, 100.0), "synthetic", 5)
+    balance.method_runs(setup, balance.method_params(0.02, 100.0), "synthetic", 5)     # gamma
+    balance.method_runs(Setup(n_experts=64, top_k=4, tokens=256, steps=4, seed=11, bins=500),
+                        balance.method_params(0.02, 100.0), "synthetic", 5)             # the histogram's bins
+    fewer = balance.method_runs(Setup(n_experts=64, top_k=4, tokens=256, steps=2, seed=11),
+                                balance.method_params(0.01, 100.0), "synthetic", 5)     # fewer steps: kept
+    balance.method_runs(Setup(n_experts=64, top_k=4, tokens=256, steps=6, seed=11),
+                        balance.method_params(0.01, 100.0), "synthetic", 5)             # more: continued
+    assert asked == [(4, sorted(METHODS)), (4, ["sign"]), (4, ["qb_hist"]), (6, sorted(METHODS))]
+    for m in METHODS:
+        np.testing.assert_array_equal(fewer[m].loads, first[m].loads[:2])
+
+
+def test_the_labs_top_k_finds_the_same_experts_as_torch_topk():
+    from app.balance import _route
+    S = Scores(Setup(n_experts=896, top_k=16, tokens=512), None).batch(0) + 0.01 * torch.randn(896)
+    idx, cutoff = _route(S, 16)
+    ref = torch.topk(S, 17, dim=-1)
+    assert torch.equal(idx.sort(-1).values, ref.indices[:, :16].sort(-1).values)
+    assert torch.equal(cutoff, ref.values[:, 16])

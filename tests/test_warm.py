@@ -28,7 +28,7 @@ def test_the_balancing_lab_default_view_is_what_warming_computed(monkeypatch):
 
     def refuse(*a, **k):
         raise AssertionError("the page simulated again: its default is not what app/warm.py computed")
-    monkeypatch.setattr(balance, "simulate_all", refuse)
+    monkeypatch.setattr(balance, "continue_runs", refuse)
     open_app_page("views/balance.py")
 
 
@@ -211,3 +211,10 @@ def test_a_half_imported_live_module_is_not_ready(monkeypatch):
     monkeypatch.setitem(sys.modules, "app.live", bare)
     assert warm.model_loaded() is False
     assert warm.idle_for() >= 0.0
+
+
+def test_the_warm_up_computes_every_experiment_of_the_quantization_lab():
+    from app.quant_lab import VARIANTS
+    assert set(warm.QUANT_EXPERIMENTS) == set(VARIANTS)
+    names = [name for name, _ in warm.TASKS]
+    assert all(any(repr(v) in n for n in names) for v in VARIANTS)

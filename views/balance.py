@@ -109,8 +109,8 @@ if source == "live":
                "that size and the floor drawn below (computed for independent tokens) is optimistic.")
 
 # ---- run ---------------------------------------------------------------------------------------------
-with st.spinner(f"Simulating the five methods over {steps} batches of {m:,} tokens (a few seconds, once per "
-                "setting)…"):
+with st.spinner(f"Simulating the five methods over {steps} batches of {m:,} tokens (once per setting; the runs "
+                "are kept for every visitor)…"):
     runs = cached_runs(setup, float(gamma), float(aux), source, layer)
 table = pd.concat([metrics(runs[mth], setup) for mth in METHODS], ignore_index=True)
 floor = cached_noise_floor(m, k, n)
@@ -156,7 +156,7 @@ def step_sections() -> None:
 
     # ---- the explanation ---------------------------------------------------------------------------------
     st.subheader("Why the sign rule struggles near 1,000 experts, and why QB needs no step size")
-    story = cached_sign_story(setup, float(gamma), float(aux), source, layer)
+    story = cached_sign_story(setup, float(gamma), source, layer)
     qb_df, sign_df = (table[table["method"] == LABELS[x]] for x in ("qb", "sign"))
     st.markdown(sign_rule_intuition(story, k, steps))
     with st.expander("Why a larger step does not help, and the optimisation view"):
@@ -175,7 +175,7 @@ def step_sections() -> None:
 
     # ---- histogram estimator -----------------------------------------------------------------------------
     st.subheader("Exact quantile vs the histogram estimate")
-    hc = cached_hist_check(setup, float(gamma), float(aux), step - 1, source, layer)
+    hc = cached_hist_check(setup, step - 1, source, layer)
     ui.vega_chart(hist_error_spec(hc.exact, hc.hist, hc.bin_width),
              f"At step {step}, on the histogram method's own batch and bias: the bias each expert needs, from exact "
              f"quantiles (a top-q over all tokens) and from {bins:,} bins whose counts could be summed across devices "
@@ -187,7 +187,7 @@ def step_sections() -> None:
 
     # ---- output weights ----------------------------------------------------------------------------------
     st.subheader("The bias never changes the output weights")
-    wc = cached_weight_check(setup, float(gamma), float(aux), step - 1, source, layer)
+    wc = cached_weight_check(setup, float(aux), step - 1, source, layer)
     ui.vega_chart(weights_spec(wc.pairs),
              f"Batch {step}, routed with and without the QB bias (drawn: {len(wc.pairs):,} expert pairs, a random "
              f"{WEIGHT_SAMPLE} at most per method; the table's largest differences are over all of them). For the experts a "
