@@ -14,7 +14,6 @@ activation), which is also the cache key; they are never module state.
 """
 from __future__ import annotations
 
-import atexit
 import functools
 import gc
 import os
@@ -28,6 +27,7 @@ from dataclasses import dataclass
 import streamlit as st
 import torch
 
+from app import jobs
 from app.assets import LiveUnavailable
 from app.prompts import DEFAULT_PRESET, PRESETS  # noqa: F401 - named here too (app.live.PRESETS)
 from app.text import clean_text
@@ -109,61 +109,28 @@ def prepare_prompt(text: str, tok: Tokenizer) -> Prompt | str:
     return Prompt(tok.decode(ids), tuple(ids), tuple(tok.display_pieces(ids)), tuple(notices))
 
 
-_BUSY = {"active": 0, "until": 0.0}      # computations for sessions now, and when the last one ended
-_BUSY_LOCK = threading.Lock()
-
-
-def busy() -> tuple[int, float]:
-    """(computations on the live model under way now, time.monotonic() when the last one ended)."""
-    with _BUSY_LOCK:
-        return _BUSY["active"], _BUSY["until"]
-
-
-def _busy(delta: int) -> None:
-    with _BUSY_LOCK:
-        _BUSY["active"] += delta
-        _BUSY["until"] = time.monotonic()
-
-
-_AWAITED = {"n": 0}                     # long jobs in several computations that a page waits for, under way
-
-
 @contextmanager
 def awaited() -> Iterator[None]:
     """Around a long job of several computations that a page waits for or soon will (the Routing explorer's
-    held-out routing): the idle-time prefetch does not slip its guesses in between them."""
-    with _BUSY_LOCK:
-        _AWAITED["n"] += 1
-    try:
+    held-out routing, when a page's thread computes it): the prefetch does not slip its guesses in between."""
+    with jobs.activity("awaited"):
         yield
-    finally:
-        with _BUSY_LOCK:
-            _AWAITED["n"] -= 1
-            _BUSY["until"] = time.monotonic()
-
-
-def _idle() -> bool:
-    """No computation on the model under way and no awaited job (the prefetch's condition, with IDLE_S)."""
-    return _BUSY["active"] == 0 and _AWAITED["n"] == 0
 
 
 @contextmanager
 def computing(threads: int | None = None) -> Iterator[None]:
     """Hold the live model's lock, in inference mode, for one computation on the model; with `threads`, that
     many intra-op threads meanwhile (for a one-off computation that no session's request runs beside, since
-    every computation on the model waits for this lock)."""
-    _busy(+1)
-    try:
-        with _LOCK, torch.inference_mode():
-            before = torch.get_num_threads()
-            if threads:
-                torch.set_num_threads(threads)
-            try:
-                yield
-            finally:
-                torch.set_num_threads(before)
-    finally:
-        _busy(-1)
+    every computation on the model waits for this lock). A visitor's computation keeps the background jobs
+    waiting (app/jobs.py); one on the jobs' own thread does not."""
+    with jobs.activity("model"), _LOCK, torch.inference_mode():
+        before = torch.get_num_threads()
+        if threads:
+            torch.set_num_threads(threads)
+        try:
+            yield
+        finally:
+            torch.set_num_threads(before)
 
 
 POLITE_WAIT_S = 2.0     # the longest a polite computation gives way before it takes its turn anyway
@@ -175,7 +142,7 @@ def computing_politely(threads: int | None = None) -> Iterator[None]:
     lets the computations on the model that are under way or waiting for it go first, for up to
     POLITE_WAIT_S (so that a server that is never idle, a class at work, does not starve it)."""
     deadline = time.monotonic() + POLITE_WAIT_S
-    while _BUSY["active"] > 0 and time.monotonic() < deadline:
+    while jobs.active("model") > 0 and time.monotonic() < deadline:
         time.sleep(0.02)
     with computing(threads):
         yield
@@ -256,138 +223,88 @@ def derived(run: K3Output, key: tuple, make):
 
 # ---- idle-time prefetch -----------------------------------------------------------------------------
 # A person nudging a control (top-k one step, the bias off, a knock-out) asks for a re-run of ~50 layers,
-# ~0.3 s of the model on this machine. While no session is computing, a background thread runs the re-runs
-# one nudge away from what a page shows (the Routing explorer names them while it shows the model's own
-# routing: app/routing.py `neighbours`), so that first nudge finds its answer ready. It never runs beside
-# a session's computation: it starts only after the server has been idle for IDLE_S, takes the model's
-# one lock like everything else (a request that comes meanwhile waits for at most the one re-run under
-# way), and keeps only the newest page's wishes. With many sessions busy it seldom finds the server idle
-# and does nothing, so it adds no load when load is high. K3_PREFETCH=0 turns it off.
-IDLE_S = 0.5
+# ~0.3 s of the model on this machine. While no one else is using the server, the background jobs
+# (app/jobs.py, kind PREFETCH) run the re-runs one nudge away from what a page shows (the Routing explorer
+# names them while it shows the model's own routing: app/routing.py `neighbours`), so that first nudge finds
+# its answer ready. A wish starts only once the server has been quiet for a moment, takes the model's lock
+# like everything else (a request that comes meanwhile waits for at most the one re-run under way), and the
+# newest page's wishes replace the older ones. With many sessions busy the server is seldom quiet and the
+# wishes wait, so they add no load when load is high. K3_PREFETCH=0 turns it off.
 KEEP = 4            # prefetched runs held (~20-40 MB each); the oldest that the newest wishes do not name goes first
 HANDED = 16         # keys handed over to _resume's cache lately: not wished for again
+GROUP = "prefetch"
 
 
 class Prefetcher:
-    def __init__(self) -> None:
-        self._wanted: list[tuple[tuple, K3Output, K3Model]] = []
+    def __init__(self, group: str = GROUP) -> None:
+        self.group = group
         self._ready: dict[tuple, K3Output] = {}
         self._handed: dict[tuple, None] = {}              # an ordered set: oldest first
         self._named: set[tuple] = set()                     # the re-runs the newest wishes name
-        self._cond = threading.Condition()
-        self._thread: threading.Thread | None = None
-        self._stopping = False
+        self._lock = threading.Lock()
         self.enabled = os.environ.get("K3_PREFETCH", "1") != "0"
 
     def stop(self, timeout: float = 10.0) -> None:
-        """Drop the wishes and wait for the job under way (at exit: a thread left inside torch while the
-        interpreter finalises aborts the process)."""
-        with self._cond:
-            self._wanted = []
-            self._stopping = True
-            self._cond.notify_all()
-            thread = self._thread
-        if thread is not None and thread is not threading.current_thread():
-            thread.join(timeout)
-        with self._cond:
-            self._stopping = False
+        """Drop the wishes and wait for the one under way."""
+        jobs.drop(self.group)
+        jobs.settle(self.group, timeout)
 
-    def want(self, jobs: list[tuple]) -> None:
+    def want(self, wishes: list[tuple]) -> None:
         """Replace the wish list: (key, base forward, model[, then]) per re-run, key = (ids, from_layer, options);
         `then(run)`, if given, is called with the computed run afterwards, outside the model's lock (the page
-        builds what it will show from that run: app.live.derived keeps it beside the run). A job whose key is
-        None computes nothing on the model: it is then(base), when the server is idle."""
+        builds what it will show from that run: app.live.derived keeps it beside the run). A wish whose key is
+        None computes nothing on the model: it is then(base)."""
         if not self.enabled:
             return
-        with self._cond:
-            wanted = []
-            for job in jobs:
-                if job[0] is not None and (job[0] in self._ready or job[0] in self._handed):
-                    if len(job) > 3:            # computed before; what the page builds of it may not be (a new token)
-                        wanted.append((None, job[1], None, functools.partial(self._then_again, job[0], job[3])))
+        items = []
+        with self._lock:
+            for wish in wishes:
+                key, base, model = wish[:3]
+                then = wish[3] if len(wish) > 3 else None
+                if key is not None and (key in self._ready or key in self._handed):
+                    if then is not None:        # computed before; what the page builds of it may not be (a new token)
+                        items.append((f"then {key[1:]}", functools.partial(self._then_again, key, then)))
                     continue
-                wanted.append(job)
-            self._wanted = wanted
-            self._named = {job[0] for job in jobs if job[0] is not None}
-            if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(target=self._work, name="k3-prefetch", daemon=True)
-                self._thread.start()
-            self._cond.notify()
+                if key is None:
+                    items.append(("then", functools.partial(then, base)))
+                else:
+                    items.append((f"re-run {key[1:]}", functools.partial(self._compute, key, base, model, then)))
+            self._named = {w[0] for w in wishes if w[0] is not None}
+        jobs.replace(self.group, jobs.Kind.PREFETCH, items)
 
-    def _then_again(self, key: tuple, then, _base) -> None:
+    def _compute(self, key: tuple, base: K3Output, model: K3Model, then) -> None:
+        with computing():
+            out = model.resume(base, key[1], options=key[2])
+        with self._lock:
+            self._ready[key] = out
+            while len(self._ready) > KEEP:               # the oldest the newest wishes do not name goes first
+                old = [k for k in self._ready if k not in self._named] or list(self._ready)
+                self._ready.pop(old[0])
+        if then is not None and jobs.active() == 0:    # what the page builds of it, unless someone came meanwhile
+            then(out)
+
+    def _then_again(self, key: tuple, then) -> None:
         """then(run) for a re-run computed before: the one held here, else the page's cached one (resume; computed
         again, under the model's lock, only if its cache has let it go)."""
-        with self._cond:
+        with self._lock:
             run = self._ready.get(key)
         then(run if run is not None else resume(*key))
 
     def take(self, key: tuple) -> K3Output | None:
         """The prefetched run for `key` (None when there is none), and a note that its asker now has it
         (the caller's cache keeps it, so it is not computed again)."""
-        with self._cond:
+        with self._lock:
             self._handed[key] = None
             while len(self._handed) > HANDED:
                 self._handed.pop(next(iter(self._handed)))
             return self._ready.pop(key, None)
 
     def ready(self, key: tuple) -> bool:
-        with self._cond:
+        with self._lock:
             return key in self._ready
-
-    def _next_job(self):
-        """Wait until there is a wish and the server has been idle IDLE_S; return it (or None to stop)."""
-        with self._cond:
-            while True:
-                while not self._wanted:
-                    if self._stopping or not self._cond.wait(timeout=60):
-                        return None                                  # stopped, or nothing asked for a minute
-                if self._stopping:
-                    return None
-                quiet = time.monotonic() - _BUSY["until"]
-                if _idle() and quiet >= IDLE_S:
-                    return self._wanted.pop(0)
-                self._cond.wait(timeout=max(IDLE_S - quiet, 0.05))
-
-    def _work(self) -> None:
-        while (job := self._next_job()) is not None:
-            key, base, model = job[:3]
-            then = job[3] if len(job) > 3 else None
-            if key is None:                                          # nothing to compute on the model: then(base)
-                try:
-                    then(base)
-                except Exception:                                    # a wish is only a wish
-                    pass
-                continue
-            if not _LOCK.acquire(blocking=False):                   # a session got there first
-                with self._cond:
-                    self._wanted.insert(0, job)
-                continue
-            out = None
-            try:
-                if _idle():
-                    with torch.inference_mode():
-                        out = model.resume(base, key[1], options=key[2])
-                    with self._cond:
-                        self._ready[key] = out
-                        while len(self._ready) > KEEP:       # the oldest the newest wishes do not name goes first
-                            old = [k for k in self._ready if k not in self._named] or list(self._ready)
-                            self._ready.pop(old[0])
-                else:
-                    with self._cond:
-                        self._wanted.insert(0, job)
-            except Exception:                                        # a wish is only a wish
-                pass
-            finally:
-                _LOCK.release()
-            if out is not None and then is not None and _idle():
-                try:
-                    then(out)
-                except Exception:                                    # nor is what follows it
-                    pass
 
 
 _prefetcher = Prefetcher()
-atexit.register(_prefetcher.stop)
 
 
 def prefetch(ids, runs: list[tuple], first=(), last=()) -> None:

@@ -488,15 +488,16 @@ _SOON_LOCK = threading.Lock()
 
 
 def heldout_soon() -> bool:
-    """Start heldout() in a background thread, once per process, so that the held-out sample is routed while the
-    page draws rather than after it (the Routing explorer's first visit on a fresh server paid ~2.6 s for it
-    at the end). Whoever asks heldout() meanwhile waits for this computation (the cache computes a value
-    once). False when it was started before."""
+    """Queue heldout() as a background job a page will wait for (app/jobs.py, AWAITED), once per process, so
+    that the held-out sample is routed while the page draws rather than after it (the Routing explorer's first
+    visit on a fresh server paid ~2.6 s for it at the end). Whoever asks heldout() meanwhile waits for this
+    computation (the cache computes a value once). False when it was queued before."""
     with _SOON_LOCK:
         if _SOON["started"]:
             return False
         _SOON["started"] = True
-    threading.Thread(target=_heldout_quietly, name="k3-heldout", daemon=True).start()
+    from app import jobs
+    jobs.submit(jobs.Kind.AWAITED, "the held-out sample's routing", _heldout_quietly)
     return True
 
 

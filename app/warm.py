@@ -7,13 +7,13 @@ explorer ~3.5 s to route the held-out sample, Inside one layer ~1.8 s to load th
 per experiment, Attention Residuals ~1 s for its Full-AttnRes variant. Every task
 here calls the page's own cached function with the page's own default input, so what it computes is
 what the page would have computed; it fills the caches that every session shares (st.cache_resource /
-st.cache_data) and nothing else. Runs once per process, in one daemon thread; a failing task is skipped
+st.cache_data) and nothing else. Runs once per process; a failing task is skipped
 (the page then computes it itself, and shows its own message). K3_WARM=0 turns it off (the tests do).
 
-It gives way to people: each task starts only once no page run (streamlit_app.py wraps each in
-page_run) and no computation on the live model (app.live.computing) has been under way for IDLE_S, so a
-visitor who comes meanwhile waits for at most the one task already running. The held-out routing, which
-the Routing explorer's first view waits for, starts sooner: once a page has loaded the model (model_loaded).
+The tasks are background jobs of kind WARM (app/jobs.py): each starts only once the server has been quiet
+(no visitor's page run or computation on the live model) for IDLE_S, so a visitor who comes meanwhile waits
+for at most the one task already running. The held-out routing, which the Routing explorer's first view
+waits for, is a job of kind AWAITED and starts sooner: once a page has loaded the model (model_loaded).
 """
 from __future__ import annotations
 
@@ -22,59 +22,36 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
+
+from app import jobs
 
 _LOG = logging.getLogger(__name__)
 _START_LOCK = threading.Lock()
 _started = False
 DONE = threading.Event()          # set when every task has run (or failed)
-IDLE_S = 3.0
-_RUNS = {"active": 0, "until": 0.0}   # page runs now, and when the last one ended
-_RUNS_LOCK = threading.Lock()
-_OWN = {"until": float("-inf")}      # when the warm-up's own last task ended (its computations are not a visitor's)
+IDLE_S = jobs.QUIET_S[jobs.Kind.WARM]
+RESULTS: dict[str, float | str] = {}    # what start()'s tasks took, or why they failed
 
 
-@contextmanager
-def page_run() -> Iterator[None]:
-    """Around one run of a page (streamlit_app.py): warming waits while any is under way."""
-    with _RUNS_LOCK:
-        _RUNS["active"] += 1
-    try:
-        yield
-    finally:
-        with _RUNS_LOCK:
-            _RUNS["active"] -= 1
-            _RUNS["until"] = time.monotonic()
+def page_run():
+    """Around one run of a page (streamlit_app.py): the background jobs wait while any is under way."""
+    return jobs.activity("page")
 
 
 def live_module():
     """app.live once it is fully imported, else None. It is imported by the first page that needs it, on that
-    session's thread, so the warming thread may find it in sys.modules half initialised (no LOADED, no busy
+    session's thread, so another thread may find it in sys.modules half initialised (no LOADED, no computing
     yet): such a module is not ready, and nothing has computed on the model."""
     live = sys.modules.get("app.live")
     if live is None or getattr(getattr(live, "__spec__", None), "_initializing", False):   # the import system's mark
         return None
-    return live if hasattr(live, "LOADED") and hasattr(live, "busy") else None
+    return live if hasattr(live, "LOADED") and hasattr(live, "computing") else None
 
 
 def idle_for() -> float:
-    """Seconds since the server last ran a page or computed on the live model for someone else than the
-    warm-up; 0 while it does."""
-    busy = [(_RUNS["active"], _RUNS["until"])]
-    live = live_module()
-    if live is not None:
-        active, until = live.busy()
-        if active or until > _OWN["until"]:               # else the last computation was a task's
-            busy.append((active, until))
-    if any(active for active, _ in busy):
-        return 0.0
-    return time.monotonic() - max(until for _, until in busy)
-
-
-def _wait_idle() -> None:
-    while (quiet := idle_for()) < IDLE_S:
-        time.sleep(max(IDLE_S - quiet, 0.05))
+    """Seconds since the server last ran a page or computed on the live model for a visitor; 0 while it does."""
+    return jobs.idle_for()
 
 
 def _live() -> None:
@@ -134,13 +111,8 @@ TASKS: tuple[tuple[str, Callable[[], None]], ...] = (
 )
 
 
-def run(tasks=TASKS, give_way: bool = True) -> dict[str, float | str]:
-    """Run the tasks in order (each after the server has been idle IDLE_S, with give_way): {name: seconds
-    the task took, or why it failed}."""
-    done: dict[str, float | str] = {}
-    for name, task in tasks:
-        if give_way:
-            _wait_idle()
+def _task(name: str, task: Callable[[], None], done: dict) -> Callable[[], None]:
+    def job() -> None:
         t0 = time.perf_counter()
         try:
             task()
@@ -148,7 +120,27 @@ def run(tasks=TASKS, give_way: bool = True) -> dict[str, float | str]:
         except Exception as e:                  # noqa: BLE001 - the page computes it itself and says why
             done[name] = f"{type(e).__name__}: {e}"
             _LOG.warning("warming %s failed: %s", name, e)
-        _OWN["until"] = time.monotonic()
+    return job
+
+
+def submit(tasks=TASKS, done: dict | None = None) -> list[jobs.Job]:
+    """Queue the tasks as background jobs (each after the server has been quiet IDLE_S), then one that sets
+    DONE; `done` collects {name: seconds the task took, or why it failed}."""
+    done = RESULTS if done is None else done
+    queued = [jobs.submit(jobs.Kind.WARM, f"warm: {name}", _task(name, task, done)) for name, task in tasks]
+    return queued + [jobs.submit(jobs.Kind.WARM, "warm: done", DONE.set)]
+
+
+def run(tasks=TASKS, give_way: bool = True) -> dict[str, float | str]:
+    """Run the tasks and return {name: seconds the task took, or why it failed}: as background jobs that wait
+    for a quiet server (give_way), or here and now."""
+    done: dict[str, float | str] = {}
+    if give_way:
+        for job in submit(tasks, done):
+            job.done.wait()
+        return done
+    for name, task in tasks:
+        _task(name, task, done)()
     DONE.set()
     return done
 
@@ -170,12 +162,12 @@ def model_loaded() -> bool:
 
 
 def start() -> bool:
-    """Start the warming thread, once per process (later calls do nothing); False when it was not started
+    """Queue the warm-up, once per process (later calls do nothing); False when it was not started
     now (already started, or K3_WARM=0)."""
     global _started
     with _START_LOCK:
         if os.environ.get("K3_WARM", "1") == "0" or _started:
             return False
         _started = True
-    threading.Thread(target=run, name="k3-warm", daemon=True).start()
+    submit()
     return True

@@ -121,11 +121,12 @@ def _prefetch_checks(lv, ids, pf):
         assert not pf.ready(other)
     assert _wait(lambda: pf.ready(other))
     # nor between the computations of a job that a page waits for (the held-out routing), though the model is free
+    from app import jobs
     awaited_wish = (ids, 75, RunOptions(RoutingOverride(top_k=10)))
     with live.awaited():
         pf.want([(awaited_wish, live.forward(ids), lv.model)])
-        time.sleep(live.IDLE_S + 0.5)
-        assert live.busy()[0] == 0 and not pf.ready(awaited_wish)
+        time.sleep(jobs.QUIET_S[jobs.Kind.PREFETCH] + 0.5)
+        assert jobs.active("model") == 0 and not pf.ready(awaited_wish)
     assert _wait(lambda: pf.ready(awaited_wish))
     # the newest wish list replaces the older one
     late = [(ids, 80, RunOptions(RoutingOverride(top_k=k))) for k in (2, 3)]
@@ -176,14 +177,16 @@ def test_derived_values_are_computed_once_per_run_and_go_with_it():
     assert len(live._DERIVED[id(b)]) == live.DERIVED_PER_RUN                           # bounded per run
 
 
-def test_the_prefetch_stops_at_exit_between_jobs():
-    """At exit (atexit) the prefetch drops its wishes and waits for the job under way: a thread left inside torch
-    while the interpreter finalises aborted the test process (exit status 134)."""
+def test_the_background_jobs_stop_at_exit_between_jobs():
+    """At exit (atexit) the queue drops its waiting jobs and waits for the one under way: a thread left inside
+    torch while the interpreter finalises aborted the test process (exit status 134)."""
     import threading
     import time
+
+    from app import jobs
     started, release = threading.Event(), threading.Event()
     done = []
-    pf = live.Prefetcher()
+    pf = live.Prefetcher(group="test-stop")
     pf.enabled = True
 
     def slow(base):
@@ -194,40 +197,6 @@ def test_the_prefetch_stops_at_exit_between_jobs():
     assert started.wait(10)
     threading.Timer(0.3, release.set).start()
     t0 = time.monotonic()
-    pf.stop()
+    jobs.stop()
     assert done == ["base"] and time.monotonic() - t0 >= 0.25     # waited for the job under way, ran no other
-    assert not pf._thread.is_alive()
-
-
-def _tensor_bytes(obj, seen=None) -> int:
-    """Bytes of every tensor an object holds (dataclasses, dicts, lists), each counted once."""
-    import dataclasses
-    seen = set() if seen is None else seen
-    if id(obj) in seen:
-        return 0
-    seen.add(id(obj))
-    if isinstance(obj, torch.Tensor):
-        return obj.numel() * obj.element_size()
-    if isinstance(obj, dict):
-        return sum(_tensor_bytes(v, seen) for v in obj.values())
-    if isinstance(obj, (list, tuple)):
-        return sum(_tensor_bytes(v, seen) for v in obj)
-    if dataclasses.is_dataclass(obj) or hasattr(obj, "__dict__"):
-        return sum(_tensor_bytes(v, seen) for v in vars(obj).values())
-    return 0
-
-
-def test_the_run_caches_are_bounded_in_bytes():
-    """A class held up to 48 cached forwards of ~60 MB each and the replica's memory never came back (issue 46):
-    the largest prompt's run times the entries kept stays within a replica's budget."""
-    from app import live as lv_mod
-    lv = lv_mod.live()
-    prompt = prepare_prompt("word " * 400, lv.tokenizer)                  # the longest prompt the model reads
-    assert len(prompt.ids) == MAX_TOKENS
-    with torch.inference_mode():
-        run = lv.model(torch.tensor([prompt.ids]), max_tokens=MAX_TOKENS)
-    per_run = _tensor_bytes(run)
-    assert per_run > 20e6                                                   # the trace is what makes a run heavy
-    from app.attnres import FULL_ENTRIES  # the Full-AttnRes variant's runs
-    assert (lv_mod.FORWARD_ENTRIES + lv_mod.RESUME_ENTRIES + FULL_ENTRIES) * per_run <= 1.8e9
-    assert 0 < lv_mod.CACHE_TTL_S <= 3600
+    assert jobs.waiting() == [] and jobs._state["thread"] is None

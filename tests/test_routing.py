@@ -409,10 +409,9 @@ def test_heldout_soon_starts_the_routing_once_in_the_background(monkeypatch, cap
     monkeypatch.setitem(rt._SOON, "started", False)
     assert rt.heldout_soon() is True and rt.heldout_soon() is False
     assert done.wait(10)
-    for t in threading.enumerate():
-        if t.name == "k3-heldout":
-            t.join(10)
-    assert calls == ["k3-heldout"]                     # once, and not on the caller's thread
+    from app import jobs
+    assert jobs.settle(timeout=10)
+    assert calls == [jobs.WORKER]                      # once, and not on the caller's thread
     assert "no model here" in caplog.text
 
 

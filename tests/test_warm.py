@@ -72,22 +72,19 @@ def test_a_task_waits_while_a_page_runs():
 def test_the_warm_ups_own_computation_does_not_make_it_wait(monkeypatch):
     """Only visitors' page runs and computations count: after a task that computed on the model the next
     task need not wait IDLE_S again (it did: the tasks were 3 s apart even on an empty server)."""
-    from app import live
-    long_ago = time.monotonic() - 100
-    monkeypatch.setitem(warm._RUNS, "until", long_ago)
-    monkeypatch.setitem(live._BUSY, "until", long_ago)
+    from app import jobs, live
+    monkeypatch.setitem(jobs._CLOCK, "until", time.monotonic() - 100)
 
     def computes():
         with live.computing():
             pass
-    warm.run([("computes", computes)], give_way=False)
+    t0 = time.monotonic()
+    warm.run([("computes", computes), ("again", computes)])        # as background jobs, each after a quiet spell
+    assert time.monotonic() - t0 < warm.IDLE_S
     assert warm.idle_for() > 50
-    live._busy(+1)                                         # a visitor's computation now
-    try:
+    with live.computing():                                          # a visitor's computation now
         assert warm.idle_for() == 0.0
-    finally:
-        live._busy(-1)
-    assert warm.idle_for() < 5                             # and it counts once it has ended
+    assert warm.idle_for() < 5                                      # and it counts once it has ended
 
 
 def test_a_polite_computation_lets_a_waiting_one_go_first():
@@ -120,7 +117,8 @@ def test_a_polite_computation_does_not_starve_on_a_server_that_is_never_idle(mon
     """With another computation always under way (a class at work), it takes its turn after POLITE_WAIT_S."""
     from app import live
     monkeypatch.setattr(live, "POLITE_WAIT_S", 0.2)
-    monkeypatch.setitem(live._BUSY, "active", live._BUSY["active"] + 1)     # someone always computing
+    from app import jobs
+    monkeypatch.setitem(jobs._CLOCK, "model", jobs._CLOCK["model"] + 1)     # someone always computing
     done = threading.Event()
 
     def polite():
@@ -137,13 +135,9 @@ def test_it_starts_once_and_not_when_turned_off(monkeypatch):
     assert warm.start() is False
     monkeypatch.setenv("K3_WARM", "1")
     started = []
-    monkeypatch.setattr(warm, "run", lambda: started.append(1))
+    monkeypatch.setattr(warm, "submit", lambda: started.append(1))
     assert warm.start() is True
     assert warm.start() is False
-    for _ in range(100):
-        if started:
-            break
-        time.sleep(0.05)
     assert started == [1]
 
 

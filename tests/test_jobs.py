@@ -1,0 +1,116 @@
+"""The background queue (app/jobs.py): one worker, jobs by kind (awaited, prefetch, warm), each waiting for its
+quiet spell on the one idle clock that visitors' page runs and computations move; the worker's own work does
+not move it."""
+import threading
+import time
+
+import pytest
+
+from app import jobs
+
+
+@pytest.fixture(autouse=True)
+def quiet_clock(monkeypatch):
+    monkeypatch.setitem(jobs._CLOCK, "until", time.monotonic() - 100)      # no visitor for a while
+    yield
+    jobs.stop()
+
+
+def _blocker():
+    started, release = threading.Event(), threading.Event()
+
+    def block():
+        started.set()
+        release.wait(10)
+    return started, release, block
+
+
+def test_jobs_run_by_kind_then_in_the_order_given():
+    started, release, block = _blocker()
+    order = []
+    first = jobs.submit(jobs.Kind.WARM, "block", block)
+    assert started.wait(10)
+    last = [jobs.submit(jobs.Kind.WARM, "warm 1", lambda: order.append("warm 1")),
+            jobs.submit(jobs.Kind.PREFETCH, "prefetch", lambda: order.append("prefetch")),
+            jobs.submit(jobs.Kind.WARM, "warm 2", lambda: order.append("warm 2")),
+            jobs.submit(jobs.Kind.AWAITED, "awaited", lambda: order.append("awaited"))]
+    assert jobs.waiting() == ["awaited", "prefetch", "warm 1", "warm 2"]
+    release.set()
+    assert first.done.wait(10) and all(j.done.wait(10) for j in last)
+    assert order == ["awaited", "prefetch", "warm 1", "warm 2"]
+
+
+def test_a_job_waits_for_its_quiet_spell_after_a_visitors_page_run():
+    ran = threading.Event()
+    entered, leave = threading.Event(), threading.Event()
+
+    def page():
+        with jobs.activity("page"):
+            entered.set()
+            leave.wait(10)
+    t = threading.Thread(target=page, daemon=True)
+    t.start()
+    assert entered.wait(10)
+    job = jobs.submit(jobs.Kind.PREFETCH, "probe", ran.set)
+    time.sleep(jobs.QUIET_S[jobs.Kind.PREFETCH] + 0.3)
+    assert not ran.is_set(), "a prefetch ran during a page run"
+    ended = time.monotonic()
+    leave.set()
+    assert job.done.wait(10)
+    assert time.monotonic() - ended >= jobs.QUIET_S[jobs.Kind.PREFETCH] - 0.05
+    assert jobs.idle_for() > 0
+
+
+def test_an_awaited_job_does_not_wait_for_quiet():
+    entered, leave = threading.Event(), threading.Event()
+
+    def page():
+        with jobs.activity("model"):
+            entered.set()
+            leave.wait(10)
+    t = threading.Thread(target=page, daemon=True)
+    t.start()
+    assert entered.wait(10)
+    try:
+        assert jobs.submit(jobs.Kind.AWAITED, "awaited", lambda: None).done.wait(5)
+    finally:
+        leave.set()
+
+
+def test_the_newest_wishes_replace_the_waiting_ones_of_their_group():
+    started, release, block = _blocker()
+    order = []
+    jobs.submit(jobs.Kind.WARM, "block", block)
+    assert started.wait(10)
+    jobs.replace("g", jobs.Kind.PREFETCH, [("a", lambda: order.append("a")), ("b", lambda: order.append("b"))])
+    other = jobs.submit(jobs.Kind.PREFETCH, "other group", lambda: order.append("other"), group="h")
+    newest = jobs.replace("g", jobs.Kind.PREFETCH, [("c", lambda: order.append("c"))])
+    assert jobs.waiting("g") == ["c"]
+    release.set()
+    assert newest[0].done.wait(10) and other.done.wait(10)
+    assert sorted(order) == ["c", "other"]
+
+
+def test_a_failing_job_is_logged_and_the_next_one_runs(caplog):
+    bad = jobs.submit(jobs.Kind.AWAITED, "fails", lambda: 1 / 0)
+    good = jobs.submit(jobs.Kind.AWAITED, "next", lambda: None)
+    assert bad.done.wait(10) and good.done.wait(10)
+    assert bad.error.startswith("ZeroDivisionError") and good.error is None
+    assert "fails" in caplog.text
+
+
+def test_the_workers_own_activity_does_not_move_the_clock():
+    before = jobs._CLOCK["until"]
+
+    def works():
+        with jobs.activity("model"):
+            assert jobs.active() == 0
+    job = jobs.submit(jobs.Kind.AWAITED, "works", works)
+    assert job.done.wait(10) and job.error is None
+    assert jobs._CLOCK["until"] == before
+    with jobs.activity("page"):
+        assert jobs.active("page") == 1 and jobs.idle_for() == 0.0
+    assert jobs._CLOCK["until"] > before
+    with pytest.raises(ValueError):
+        with jobs.activity("nap"):
+            pass
