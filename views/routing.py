@@ -186,36 +186,66 @@ def prompt_table(run, layer: int, expert: int, pieces) -> str:
         rt.expert_on_prompt(run, layer, expert, list(pieces)), rt.TABLE_FORMATS))
 
 
+@dataclass(frozen=True)
+class RunView:
+    """What the results region shows of a run for one token: what the re-routing changed (its rows and chart),
+    the next-token predictions and the routing fingerprint."""
+    diff: Any
+    changed: dict
+    predictions: dict
+    fingerprint: dict
+
+
+def run_view(base, run, token: int, start: int, note: str | None, theme: str | None, rerouted: bool) -> RunView:
+    diff, changed = changed_chart(base, run, token, start, note)
+    return RunView(diff, changed, predictions_chart(base, run, token, theme, rerouted), fingerprint_chart(run, token))
+
+
+@dataclass(frozen=True)
+class LayerView:
+    """What the layer view shows of a run at one layer: the grid (its rows and chart), the linked view and the
+    expert panel's table of the prompt, for the expert in the panel."""
+    grid: Any
+    grid_spec: dict
+    linked: dict
+    prompt_table: str
+    expert: int
+
+
+def layer_view_of(prompt, run, layer: int, token: int, marks: tuple, colour_by: str, picked: int | None) -> LayerView:
+    expert = picked if picked is not None else rt.chosen_at(run, layer, token)[0]     # the token's first expert
+    return LayerView(layer_grid(run, layer, token, marks), grid_chart(run, layer, token, marks, colour_by, expert),
+                     linked_chart(run, layer, prompt.pieces), prompt_table(run, layer, expert, prompt.pieces), expert)
+
+
+def _marks(settings: rt.Rerouting, layer: int) -> tuple:
+    ov = settings.applies_at(layer, layer, cfg)
+    return (ov.knocked_out, ov.forced) if ov else ((), ())
+
+
 def build_ahead(prompt, token: int, layer: int, colour_by: str, picked: int | None, theme: str | None):
-    """then(nudged settings, run) for rt.prefetch_neighbours: build, beside a prefetched re-run, the charts and
-    tables the page would show of it (the same calls and keys as the page), and convert their data frames. Runs
-    on the prefetch thread: everything it needs from the session is captured here."""
+    """then(nudged settings, run) for rt.prefetch_neighbours: the page's own builders (run_view, layer_view_of)
+    on a prefetched re-run, with their data frames converted. Runs on the background jobs' thread: everything it
+    needs from the session is captured here."""
     base = forward(prompt.ids)
 
     def build(nudged: rt.Rerouting, run) -> None:
-        start = nudged.plan(layer, cfg)[0]
-        ov = nudged.applies_at(layer, layer, cfg)
-        marks = (ov.knocked_out, ov.forced) if ov else ((), ())
-        expert = picked if picked is not None else rt.chosen_at(run, layer, token)[0]
-        specs = [changed_chart(base, run, token, start, None)[1], predictions_chart(base, run, token, theme, True),
-                 fingerprint_chart(run, token), grid_chart(run, layer, token, marks, colour_by, expert),
-                 linked_chart(run, layer, prompt.pieces)]
-        prompt_table(run, layer, expert, prompt.pieces)
-        for spec in specs:
+        rv = run_view(base, run, token, nudged.plan(layer, cfg)[0], None, theme, True)
+        lv_ = layer_view_of(prompt, run, layer, token, _marks(nudged, layer), colour_by, picked)
+        for spec in (rv.changed, rv.predictions, rv.fingerprint, lv_.grid_spec, lv_.linked):
             ui.arrow_spec(spec)
     return build
 
 
 def layer_ahead(prompt, token: int, layer: int, colour_by: str, picked: int | None):
-    """then(base) for the prefetch: what the layer view would show at another layer of the model's own routing
-    (the next or the previous one), built ahead like build_ahead's."""
+    """then(base) for the prefetch: the layer view at another layer of the model's own routing (the next or the
+    previous one), built by layer_view_of as the page would."""
     def build(base) -> None:
-        expert = picked if picked is not None else rt.chosen_at(base, layer, token)[0]
-        for spec in (grid_chart(base, layer, token, ((), ()), colour_by, expert), linked_chart(base, layer, prompt.pieces)):
+        lv_ = layer_view_of(prompt, base, layer, token, ((), ()), colour_by, picked)
+        for spec in (lv_.grid_spec, lv_.linked):
             ui.arrow_spec(spec)
-        prompt_table(base, layer, expert, prompt.pieces)
         if rt.heldout_ready():
-            rt.heldout_table(layer, expert)
+            rt.heldout_table(layer, lv_.expert)
     return build
 
 
@@ -334,13 +364,13 @@ def results(prompt, boxes: Boxes) -> None:
             else:
                 note, start = None, plan[0]
 
-            diff, spec = changed_chart(base, run, token, start, note)
+            rv = run_view(base, run, token, start, note, st.context.theme.type, plan is not None)
             if plan is not None:
-                caption = rt.changed_caption(diff, plan[0], scope)
-            ui.vega_chart(spec, caption,
+                caption = rt.changed_caption(rv.diff, plan[0], scope)
+            ui.vega_chart(rv.changed, caption,
                           alt="Bar chart of changed expert choices per layer for the chosen token.", key="routing_changed")
         with c_pred:
-            ui.vega_chart(predictions_chart(base, run, token, st.context.theme.type, plan is not None),
+            ui.vega_chart(rv.predictions,
                           f"The live model's five most likely next tokens after “{rt.chip_label(piece)}”, with the model's "
                           "own routing (left) and with your re-routing (right"
                           + (")." if plan is not None else ": the same until you change the routing)."),
@@ -350,8 +380,7 @@ def results(prompt, boxes: Boxes) -> None:
     with boxes.fingerprint:
         st.subheader(f"The routing fingerprint of “{rt.chip_label(piece)}”")
         # the spec only (its image is ~0.2 MB); the CSV's numbers are read again from the run if asked for
-        spec = fingerprint_chart(run, token)
-        ui.vega_chart(spec,
+        ui.vega_chart(rv.fingerprint,
                       f"Each row is one of the {len(cfg.moe_layers)} mixture-of-experts layers, each column one of the {E} "
                       "experts; grey is the router's probability, the coloured cells are the experts the token used "
                       "(your re-routing included): point at a row for that layer's chosen experts, most probable "
@@ -396,16 +425,12 @@ def layer_view(prompt, token: int, settings: rt.Rerouting, nav, left, below):
                     f"{cfg.dense_hidden} here, 33,792 in K3), so there is no router and no expert to choose. "
                     "Move the layer slider to 1–92 to see the 896 experts.", icon=":material/info:")
         else:
-            expert = view.get("expert")
-            if expert is None:
-                expert = rt.chosen_at(run, layer, token)[0]
-            ov = settings.applies_at(layer, layer, cfg)
-            marks = (ov.knocked_out, ov.forced) if ov else ((), ())
-            grid = layer_grid(run, layer, token, marks)
+            lv_ = layer_view_of(prompt, run, layer, token, _marks(settings, layer), colour_by, view.get("expert"))
+            grid, expert = lv_.grid, lv_.expert
             n_chosen = int(grid["chosen"].sum())
             chosen = sorted(int(e) for e in grid.loc[grid["chosen"], "expert"])
             st.container(key="routing_grid_title").markdown(f"**Layer {layer}: the experts of “{rt.chip_label(piece)}”**")
-            ui.vega_chart(grid_chart(run, layer, token, marks, colour_by, expert),
+            ui.vega_chart(lv_.grid_spec,
                           f"Each square is one routed expert, 28 per row; each band of 4 rows holds 112 experts (shard 0 "
                           f"holds experts 0–111, shard 1 112–223, …). {SHARD_NOTE}. The {n_chosen} outlined, glowing squares "
                           "are the experts this token uses here"
@@ -425,8 +450,7 @@ def layer_view(prompt, token: int, settings: rt.Rerouting, nav, left, below):
         if layer > 0:
             st.subheader(f"Which tokens does each expert serve? Layer {layer}, point and see")
 
-            spec = linked_chart(run, layer, prompt.pieces)
-            st.vega_lite_chart(ui.arrow_spec(spec), width="content", key="routing_linked")
+            st.vega_lite_chart(ui.arrow_spec(lv_.linked), width="content", key="routing_linked")
             st.caption("Point at a square: the tokens of your prompt that chose that expert light up; point at a "
                        "token: its experts are outlined. Your browser answers this alone, without asking the server, "
                        "so it is instant. Colour: how many of the prompt's tokens chose each expert here (with your "
@@ -455,7 +479,7 @@ def layer_view(prompt, token: int, settings: rt.Rerouting, nav, left, below):
             t1, t2 = st.columns(2, gap="medium")
             with t1:
                 st.markdown("**Tokens of the prompt that score it highest**")
-                st.markdown(prompt_table(run, layer, expert, prompt.pieces))
+                st.markdown(lv_.prompt_table)
             held_slot = t2.empty()
             held_slot.caption("Routing the held-out sample…")
             st.caption("Held-out text: a 3 KB sample of the validation split (Python docstrings, a manual page, source "
