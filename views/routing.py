@@ -17,10 +17,10 @@ import streamlit as st
 from app import routing as rt
 from app import state, ui
 from app.assets import AssetError
-from app.charts.linked import linked_figure
-from app.charts.routing import changed_spec, fingerprint_spec, fingerprint_table, grid_spec, predictions_spec
-from app.live import derived, forward, live
+from app.charts.routing import fingerprint_table
+from app.live import forward, live
 from app.parallel import shard_note
+from app.routing_view import build_ahead, layer_ahead, layer_view_of, marks_of, run_view
 from app.text import fmt_params, md_escape
 
 lv = live()
@@ -138,115 +138,6 @@ def layer_run(prompt, layer: int, settings: rt.Rerouting):
     if plan is None:
         return None, base, base
     return plan, base, rt.rerouted(prompt.ids, layer, settings)     # its spinner, while it computes: app.live
-
-
-# ---- what the page builds from a run, kept beside it (live.derived) ---------------------------------------------
-# The page calls these, and so does the idle-time prefetch for the re-runs one nudge away (build_ahead), so that a
-# nudge finds its charts built and their data converted, not only its run computed.
-
-def changed_chart(base, run, token: int, start: int, note: str | None):
-    def make():
-        diff = rt.changed_choices(base, run, token, start)
-        return diff, changed_spec(diff, note)
-    return derived(run, ("changed", token, start, note), make)
-
-
-def predictions_chart(base, run, token: int, theme: str | None, rerouted: bool) -> dict:
-    def make():
-        pieces_of = lv.tokenizer.pieces
-        before, after = rt.top_predictions(base, token, pieces_of), rt.top_predictions(run, token, pieces_of)
-        return predictions_spec(before, after, [rt.chart_label(p) for p in before["piece"]],
-                                [rt.chart_label(p) for p in after["piece"]], theme)
-    return derived(run, ("predictions", token, theme, rerouted), make)
-
-
-def fingerprint_chart(run, token: int) -> dict:
-    # the spec only (its image is ~0.1 MB); the CSV's numbers are read again from the run if asked for
-    return derived(run, ("fingerprint", token), lambda: fingerprint_spec(*rt.fingerprint(run, token)))
-
-
-def layer_grid(run, layer: int, token: int, marks: tuple):
-    return derived(run, ("grid", layer, token, marks), lambda: rt.layer_grid(run, layer, token, *marks))
-
-
-def grid_chart(run, layer: int, token: int, marks: tuple, colour_by: str, expert: int) -> dict:
-    grid = layer_grid(run, layer, token, marks)
-    return derived(run, ("grid_spec", layer, token, marks, colour_by, expert), lambda: grid_spec(grid, colour_by, expert))
-
-
-def linked_chart(run, layer: int, pieces) -> dict:
-    def make():
-        pairs = rt.layer_pairs(run, layer, pieces)
-        return linked_figure(pairs, rt.expert_loads(pairs, E), pieces)
-    return derived(run, ("linked", layer), make)
-
-
-def prompt_table(run, layer: int, expert: int, pieces) -> str:
-    return derived(run, ("prompt_table", layer, expert), lambda: ui.table_markdown(
-        rt.expert_on_prompt(run, layer, expert, list(pieces)), rt.TABLE_FORMATS))
-
-
-@dataclass(frozen=True)
-class RunView:
-    """What the results region shows of a run for one token: what the re-routing changed (its rows and chart),
-    the next-token predictions and the routing fingerprint."""
-    diff: Any
-    changed: dict
-    predictions: dict
-    fingerprint: dict
-
-
-def run_view(base, run, token: int, start: int, note: str | None, theme: str | None, rerouted: bool) -> RunView:
-    diff, changed = changed_chart(base, run, token, start, note)
-    return RunView(diff, changed, predictions_chart(base, run, token, theme, rerouted), fingerprint_chart(run, token))
-
-
-@dataclass(frozen=True)
-class LayerView:
-    """What the layer view shows of a run at one layer: the grid (its rows and chart), the linked view and the
-    expert panel's table of the prompt, for the expert in the panel."""
-    grid: Any
-    grid_spec: dict
-    linked: dict
-    prompt_table: str
-    expert: int
-
-
-def layer_view_of(prompt, run, layer: int, token: int, marks: tuple, colour_by: str, picked: int | None) -> LayerView:
-    expert = picked if picked is not None else rt.chosen_at(run, layer, token)[0]     # the token's first expert
-    return LayerView(layer_grid(run, layer, token, marks), grid_chart(run, layer, token, marks, colour_by, expert),
-                     linked_chart(run, layer, prompt.pieces), prompt_table(run, layer, expert, prompt.pieces), expert)
-
-
-def _marks(settings: rt.Rerouting, layer: int) -> tuple:
-    ov = settings.applies_at(layer, layer, cfg)
-    return (ov.knocked_out, ov.forced) if ov else ((), ())
-
-
-def build_ahead(prompt, token: int, layer: int, colour_by: str, picked: int | None, theme: str | None):
-    """then(nudged settings, run) for rt.prefetch_neighbours: the page's own builders (run_view, layer_view_of)
-    on a prefetched re-run, with their data frames converted. Runs on the background jobs' thread: everything it
-    needs from the session is captured here."""
-    base = forward(prompt.ids)
-
-    def build(nudged: rt.Rerouting, run) -> None:
-        rv = run_view(base, run, token, nudged.plan(layer, cfg)[0], None, theme, True)
-        lv_ = layer_view_of(prompt, run, layer, token, _marks(nudged, layer), colour_by, picked)
-        for spec in (rv.changed, rv.predictions, rv.fingerprint, lv_.grid_spec, lv_.linked):
-            ui.arrow_spec(spec)
-    return build
-
-
-def layer_ahead(prompt, token: int, layer: int, colour_by: str, picked: int | None):
-    """then(base) for the prefetch: the layer view at another layer of the model's own routing (the next or the
-    previous one), built by layer_view_of as the page would."""
-    def build(base) -> None:
-        lv_ = layer_view_of(prompt, base, layer, token, ((), ()), colour_by, picked)
-        for spec in (lv_.grid_spec, lv_.linked):
-            ui.arrow_spec(spec)
-        if rt.heldout_ready():
-            rt.heldout_table(layer, lv_.expert)
-    return build
 
 
 @st.fragment(key=EXPLORER)
@@ -425,7 +316,7 @@ def layer_view(prompt, token: int, settings: rt.Rerouting, nav, left, below):
                     f"{cfg.dense_hidden} here, 33,792 in K3), so there is no router and no expert to choose. "
                     "Move the layer slider to 1–92 to see the 896 experts.", icon=":material/info:")
         else:
-            lv_ = layer_view_of(prompt, run, layer, token, _marks(settings, layer), colour_by, view.get("expert"))
+            lv_ = layer_view_of(prompt, run, layer, token, marks_of(settings, layer), colour_by, view.get("expert"))
             grid, expert = lv_.grid, lv_.expert
             n_chosen = int(grid["chosen"].sum())
             chosen = sorted(int(e) for e in grid.loc[grid["chosen"], "expert"])
