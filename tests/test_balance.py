@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 import torch
 
-from app.balance import (
+from app.balance_sim import (
     LABELS,
     METHODS,
     WEIGHT_SAMPLE,
@@ -17,12 +17,12 @@ from app.balance import (
     hist_check,
     metrics,
     noise_floor,
-    quantile_balance,
     sign_story,
     simulate,
     weight_check,
 )
 from app.charts.balance import hist_error_spec, load_spec, steps_spec, weights_spec
+from model.moe import quantile_balance
 
 
 def uniform_max_over_mean(m, k, n, reps=4, seed=0):
@@ -176,7 +176,8 @@ def test_figures():
 def test_a_longer_run_continues_a_shorter_one_exactly():
     """Step t's batch and bias depend only on the steps before it, so the lab continues a kept run when the
     steps grow: the result must equal a run computed from the start, two methods at a time or one."""
-    from app.balance import continue_runs, method_params, simulate_all
+    from app.balance import method_params
+    from app.balance_sim import continue_runs, simulate_all
     setup, params = Setup(n_experts=64, top_k=4, tokens=256, steps=7), method_params(0.01, 100.0)
     whole = simulate_all(setup, params)
     short = continue_runs(Setup(n_experts=64, top_k=4, tokens=256, steps=3), params)
@@ -212,7 +213,7 @@ def test_changing_one_methods_parameter_recomputes_that_method_only(monkeypatch)
 
 
 def test_the_labs_top_k_finds_the_same_experts_as_torch_topk():
-    from app.balance import _route
+    from app.balance_sim import _route
     S = Scores(Setup(n_experts=896, top_k=16, tokens=512), None).batch(0) + 0.01 * torch.randn(896)
     idx, cutoff = _route(S, 16)
     ref = torch.topk(S, 17, dim=-1)

@@ -198,7 +198,7 @@ def test_the_balancing_lab_caps_a_run_by_its_cost_not_only_by_its_ranges():
     import ast
     from types import SimpleNamespace
 
-    from app.balance import MAX_STEPS, MAX_TOKENS, SCORE_BUDGET, Setup, steps_within_budget
+    from app.balance_sim import MAX_STEPS, MAX_TOKENS, SCORE_BUDGET, Setup, steps_within_budget
     tree = ast.parse((ROOT / "views" / "balance.py").read_text(encoding="utf-8"))
     balance_view = SimpleNamespace(**{t.id: ast.literal_eval(node.value) for node in tree.body
                                       if isinstance(node, ast.Assign) for t in node.targets

@@ -533,7 +533,7 @@ def test_state_legend_is_not_named_like_the_value_axis():
 # ---- issue 48 review: Load balancing lab (K3 report Eq. 13-14, sec 2.3.3, App. C-D; DeepSeek-V3) --------------
 
 def test_balance_try_this_asks_for_changes_and_what_it_promises_holds():
-    from app import balance
+    from app import balance, balance_sim
     view = read("views/balance.py")
     start = view.index("ui.page_header(")
     header = flat(view[start:view.index(")\n", view.index('"Load balancing lab"', start)) + 1])
@@ -546,15 +546,15 @@ def test_balance_try_this_asks_for_changes_and_what_it_promises_holds():
     assert "dotted noise floor" in try_this and "dashed noise floor" not in header     # the chart's line is dotted
     # what it asks the student to find: at 896 experts no gamma brings the sign rule near the floor, QB gets there
     setup = balance.Setup()                                             # the page's default run, 12 batches
-    mark = 1.5 * balance.noise_floor(setup.tokens, setup.top_k, setup.n_experts)
-    qb = balance.metrics(balance.simulate(setup, "qb"), setup)["max/mean"]
+    mark = 1.5 * balance_sim.noise_floor(setup.tokens, setup.top_k, setup.n_experts)
+    qb = balance_sim.metrics(balance_sim.simulate(setup, "qb"), setup)["max/mean"]
     assert qb.iloc[1:].min() <= mark
     for gamma in (0.01, 0.1):
-        sign = balance.metrics(balance.simulate(setup, "sign", gamma), setup)["max/mean"].to_numpy()
+        sign = balance_sim.metrics(balance_sim.simulate(setup, "sign", gamma), setup)["max/mean"].to_numpy()
         assert sign.min() > mark and (np.diff(sign) > 0).any()            # never near, and it swings back up
     small = balance.Setup(n_experts=32, steps=8)
-    mark32 = 1.5 * balance.noise_floor(small.tokens, small.top_k, 32)
-    aux = {a: balance.metrics(balance.simulate(small, "aux", a), small)["max/mean"].iloc[-1] for a in (100.0, 1000.0)}
+    mark32 = 1.5 * balance_sim.noise_floor(small.tokens, small.top_k, 32)
+    aux = {a: balance_sim.metrics(balance_sim.simulate(small, "aux", a), small)["max/mean"].iloc[-1] for a in (100.0, 1000.0)}
     assert aux[100.0] <= mark32 < aux[1000.0]
 
 
@@ -562,15 +562,15 @@ def test_qb_sets_the_bias_for_fixed_cutoffs_not_a_balanced_batch():
     """Eq. 14 takes one batch's margins with every token's cutoff fixed: routed again with that bias, the same
     batch is not balanced (the cutoffs move), so the page may not say QB 'jumps straight to the bias that
     balances the last batch'."""
-    from app import balance
+    from app import balance, balance_sim
     setup = balance.Setup()
-    S = balance.Scores(setup).batch(0)
-    b = balance.quantile_balance(S, torch.zeros(setup.n_experts), setup.top_k)
+    S = balance_sim.Scores(setup).batch(0)
+    b = balance_sim.quantile_balance(S, torch.zeros(setup.n_experts), setup.top_k)
     load = torch.bincount(torch.topk(S + b, setup.top_k).indices.reshape(-1), minlength=setup.n_experts)
     assert float(load.max()) / setup.target > 1.2
     view = flat(read("views/balance.py"))
     assert "balances the last batch" not in view and "Eq. 14" in view and "App. C" in view
-    runs = balance.simulate_all(balance.Setup(steps=4), {"qb": 0.0, "sign": 1e-3})
+    runs = balance_sim.simulate_all(balance.Setup(steps=4), {"qb": 0.0, "sign": 1e-3})
     story = balance.sign_story(balance.Setup(steps=4), runs["qb"], runs["sign"])
     text = balance.sign_rule_intuition(story, 16, 4)
     assert "if every token's cutoff had stayed where it was" in text
@@ -581,10 +581,10 @@ def test_qb_sets_the_bias_for_fixed_cutoffs_not_a_balanced_batch():
 
 
 def test_goal_note_uses_the_binomial_spread():
-    from app import balance
+    from app import balance, balance_sim
     setup = balance.Setup(n_experts=32, top_k=16, tokens=2048)        # k/n = 1/2: sqrt(q) would be 41% too wide
     q, p = setup.target, 16 / 32
-    floor = balance.noise_floor(2048, 16, 32)
+    floor = balance_sim.noise_floor(2048, 16, 32)
     note = balance.goal_note(setup, floor)
     sd = math.sqrt(2048 * p * (1 - p))                                  # Binomial(m, k/n)
     assert f"= {sd:.1f} tokens" in note and f"√q = {math.sqrt(q):.1f}" not in note
@@ -593,12 +593,12 @@ def test_goal_note_uses_the_binomial_spread():
 def test_balance_table_caption_measures_qb_against_the_floor():
     import pandas as pd
 
-    from app import balance
+    from app import balance, balance_sim
     assert "little above the floor" not in read("views/balance.py")
     setup = balance.Setup(n_experts=256, top_k=8, tokens=2048, steps=6)
-    runs = balance.simulate_all(setup, balance.method_params(1e-3, 1000.0))
-    table = pd.concat([balance.metrics(runs[m], setup) for m in balance.METHODS], ignore_index=True)
-    floor = balance.noise_floor(2048, 8, 256)
+    runs = balance_sim.simulate_all(setup, balance.method_params(1e-3, 1000.0))
+    table = pd.concat([balance_sim.metrics(runs[m], setup) for m in balance_sim.METHODS], ignore_index=True)
+    floor = balance_sim.noise_floor(2048, 8, 256)
     last = runs["qb"].loads[-1]
     qb = last.max() / (2048 * 8 / 256)                                  # by hand from the loads
     note = balance.table_note(table, floor, setup)

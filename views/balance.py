@@ -8,12 +8,6 @@ from app.balance import (
     DEFAULT_GAMMA,
     DEFAULT_LAYER,
     DEFAULT_SOURCE,
-    LABELS,
-    METHODS,
-    SCORE_BUDGET,
-    SOURCES,
-    WEIGHT_SAMPLE,
-    Setup,
     cached_hist_check,
     cached_noise_floor,
     cached_runs,
@@ -21,18 +15,26 @@ from app.balance import (
     cached_weight_check,
     goal_note,
     live_pool,
-    metrics,
     sign_rule_details,
     sign_rule_intuition,
+    table_note,
+)
+from app.balance_sim import (
+    LABELS,
+    METHODS,
+    SCORE_BUDGET,
+    SOURCES,
+    WEIGHT_SAMPLE,
+    Setup,
+    metrics,
     steps_to,
     steps_within_budget,
-    table_note,
 )
 from app.charts.balance import hist_error_spec, load_spec, steps_spec, weights_spec
 from model.config import K3Config
 
 EXPERTS = [16, 32, 64, 128, 256, 384, 512, 768, 896]
-TOKENS = [1024, 2048, 4096, 8192]              # up to app.balance.MAX_TOKENS: a run's cost is capped
+TOKENS = [1024, 2048, 4096, 8192]              # up to app.balance_sim.MAX_TOKENS: a run's cost is capped
 GAMMAS = [0.0001, 0.0003, 0.001, 0.003, 0.01, 0.03, 0.1]
 AUX = [0.01, 0.1, 1.0, 10.0, 100.0, 1000.0, 10000.0]
 SKEWS = [0.0, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0]
