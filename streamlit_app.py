@@ -1,9 +1,9 @@
-"""K3 Explorer: entry point. Navigation over views/, the shared sidebar (link to this view, presenter mode), the
-instance banner and link notices above every page. Embedded (`?embed=true`), a page shows alone: no navigation
-and no sidebar."""
+"""K3 Explorer: entry point. Navigation over views/, the shared sidebar (the running lesson's panel, link to this
+view, presenter mode), the instance banner and link notices above every page. Embedded (`?embed=true`), a page
+shows alone: no navigation and no sidebar."""
 import streamlit as st
 
-from app import state, ui, warm
+from app import lessons_ui, state, ui, warm
 from app.assets import AssetError, LiveUnavailable
 from app.navigation import PAGES
 from app.text import md_escape
@@ -21,7 +21,8 @@ for spec in PAGES:
     sections.setdefault(spec.section, []).append(
         st.Page(spec.path, title=spec.title, icon=spec.icon, url_path=spec.url_path,
                 default=spec is PAGES[0]))
-page = st.navigation(sections, position="hidden" if embedded else "sidebar", expanded=True)   # all pages listed
+# all pages listed, except while a lesson runs: its panel comes below the navigation, in view only when that is short
+page = st.navigation(sections, position="hidden" if embedded else "sidebar", expanded=not lessons_ui.in_lesson())
 here = next((p.url_path for p in PAGES if p.title == page.title), "")
 ss[ui.K_PAGE] = here
 
@@ -33,6 +34,7 @@ if embedded:
     ui.browser_guards()
 else:
     with st.sidebar:
+        lessons_ui.sidebar_panel(here)      # before the page runs: a lesson step resets the view the page reads
         st.caption("A tiny live instance of Kimi K3's full architecture (93 layers, 896 experts, top-16), "
                    "and the accounting of the real 2.8T model. Not K3's weights.")
         ui.glossary_lookup()

@@ -27,4 +27,5 @@ PAGES = (
     PageSpec("views/claims.py", "Claims", ":material/fact_check:", "claims", "Cost and claims"),
     PageSpec("views/model_card.py", "Model card", ":material/badge:", "model-card", "About"),
     PageSpec("views/glossary.py", "Glossary", ":material/menu_book:", "glossary", "About"),
+    PageSpec("views/lessons.py", "Lessons", ":material/school:", "lessons", "Teaching"),
 )

@@ -42,8 +42,9 @@ _STORE = "_k3_state"            # {namespace: {param: value}}
 _WRITTEN = "_k3_link_written"   # {namespace: {param: the string this page last put in the link}}
 SHARED = "shared"               # the namespace of the controls every page shares (prompt, token)
 K_PAGE = "_page_url_path"       # the page of this run (streamlit_app.py sets it)
-# Parameters of the app itself (embedding, presenter mode), understood on every page.
-APP_PARAMS = frozenset({"embed", "embed_options", "present"})
+# Parameters of the app itself (embedding, presenter mode, the lesson a student follows and its step: app/lessons_ui.py),
+# understood on every page; no page may declare a control of the same name.
+APP_PARAMS = frozenset({"embed", "embed_options", "present", "lesson", "lesson_step"})
 # the values Streamlit's front end reads for them (embed_options may be given several times)
 EMBED_OPTIONS = frozenset({"show_toolbar", "show_padding", "disable_scrolling", "light_theme", "dark_theme",
                            "hide_loading_screen", "show_loading_screen_v1", "show_loading_screen_v2"})
@@ -265,11 +266,16 @@ def _written(ns: str) -> dict:
     return st.session_state.setdefault(_WRITTEN, {}).setdefault(ns, {})
 
 
+def link_text(c: Control, value) -> str | None:
+    """What the link holds for a control's value: None for the default (left out, so links stay short)."""
+    return None if value is None or value == c.default else c.dump(value)
+
+
 def _write_link(ns: str, c: Control, value, page_ns: str) -> None:
     """Put a control's value in the link (or take it out when it is the default)."""
     if not c.link:
         return
-    text = None if value is None or value == c.default else c.dump(value)
+    text = link_text(c, value)
     written = _written(page_ns)
     if text is None:
         if c.param in st.query_params:
@@ -487,6 +493,19 @@ def _embed_params() -> tuple[list[str], list[str]]:
 
 
 _CARRIED: list[Control] = []       # shared controls every page's link carries (app.ui: the prompt and the token)
+
+
+def carried() -> tuple[Control, ...]:
+    """The shared controls every page's link carries (registered by `carry`)."""
+    return tuple(_CARRIED)
+
+
+def forget_page(ns: str) -> None:
+    """Forget the view a page last showed in this session (its own controls, not the shared prompt and token), so
+    that its next run takes every value from the link or from its default: a lesson step opens its page with the
+    step's view whole, not merged into the one the student left there."""
+    st.session_state.get(_STORE, {}).pop(ns, None)
+    st.session_state.get(_WRITTEN, {}).pop(ns, None)
 
 
 def carry(*controls: Control) -> None:

@@ -1,0 +1,194 @@
+"""The lesson a student follows: its place in the session and the link, and the panel every page shows in the
+sidebar while it runs (streamlit_app.py calls `sidebar_panel` before the page runs).
+
+The link carries the lesson and the step (`lesson=sparse-experts&lesson_step=2`, app.state.APP_PARAMS), so a
+reload or a shared link finds the step again; the session keeps them too, and puts them back into the link of a
+page opened from the sidebar's navigation (which starts a page with an empty link). Previous, Next and "Open this
+step's view" switch to the step's page with the step's link (`st.switch_page` with its query parameters; the
+Lessons page's Start is a page link, as the guided tour's are), and the page's view is reset first
+(`state.forget_page`), so what the step does not set is the page's default, not what the student left there. The
+student's answers stay in their session. The lesson's text is the author's Markdown, drawn without HTML
+(app/lessons.py refuses files that hold any); what a student types is never drawn as Markdown.
+"""
+from __future__ import annotations
+
+import streamlit as st
+
+from app import lessons, state
+from app.lessons import LESSON_PARAM, STEP_PARAM, Lesson
+from app.text import clean_text, md_escape
+
+K_RUNNING = "_k3_lesson"                # {"name", "step" (1-based), "link": the (lesson, step) it last wrote}
+K_ANSWERS = "_k3_lesson_answers"        # {(lesson, step): {"answer": ..., "checked": lessons.Checked}}
+K_LAST_PAGE = "_k3_lesson_last_page"    # the page of the previous run
+K_REOPEN = "_k3_lesson_reopen"          # set by "Open this step's view": the next run opens it even if it is shown
+PANEL_KEY = "k3-lesson"
+# Static style of ours: a long word or address in a note wraps inside the sidebar instead of widening it.
+PANEL_CSS = """
+<style id="k3-lesson">
+[class*="st-key-k3-lesson"] [data-testid="stMarkdownContainer"] { overflow-wrap: anywhere; }
+</style>
+"""
+
+
+def _write_link(name: str, n: int) -> None:
+    qp = st.query_params
+    if qp.get(LESSON_PARAM) != name:
+        qp[LESSON_PARAM] = name
+    if qp.get(STEP_PARAM) != str(n):
+        qp[STEP_PARAM] = str(n)
+
+
+def _drop_link() -> None:
+    for p in (LESSON_PARAM, STEP_PARAM):
+        if p in st.query_params:
+            del st.query_params[p]
+
+
+def _running() -> tuple[Lesson, int] | None:
+    rec = st.session_state.get(K_RUNNING)
+    lesson = lessons.shipped().get(rec["name"]) if rec else None
+    if not isinstance(lesson, Lesson):                  # its file changed under a running lesson and has problems
+        st.session_state.pop(K_RUNNING, None)
+        return None
+    return lesson, min(rec["step"], len(lesson.steps))
+
+
+def follow_link(here: str) -> tuple[Lesson, int] | None:
+    """The lesson and step (1-based) this run shows, from the link or the session; link values this session did
+    not write (a shared link, a reload, Previous or Next) are read, with the app's usual notices for bad ones."""
+    ss = st.session_state
+    came_from, ss[K_LAST_PAGE] = ss.get(K_LAST_PAGE), here
+    reopen = ss.pop(K_REOPEN, False)
+    raw = (st.query_params.get(LESSON_PARAM), st.query_params.get(STEP_PARAM))
+    rec = ss.get(K_RUNNING)
+    if raw == (None, None) or (rec is not None and raw == rec["link"] and came_from == here and not reopen):
+        running = _running()
+        if running is not None:
+            _write_link(running[0].name, running[1])
+        return running
+    lesson, n, notes = lessons.read_link(*raw, lessons.shipped())
+    for note in notes:
+        state.notice(note)
+    if lesson is None:                                  # a bad link does not end the lesson the session follows
+        _drop_link()
+        running = _running()
+        if running is not None:
+            _write_link(running[0].name, running[1])
+        return running
+    ss[K_RUNNING] = {"name": lesson.name, "step": n, "link": (lesson.name, str(n))}
+    _write_link(lesson.name, n)                         # a clamped step: the address bar shows the one used
+    step = lesson.steps[n - 1]
+    if step.page == here:
+        if not set(st.query_params.keys()) & _own_params(step):
+            # a link that names the step but no value of the page's view ("routing?lesson=…&lesson_step=3"): the
+            # step's view; a link with some (a reload, a view a student sent) is a view someone chose
+            for name, text in step.params:
+                st.query_params[name] = text
+        state.forget_page(here)                         # the step's view whole, not merged into the last one
+    return lesson, n
+
+
+def _own_params(step: lessons.Step) -> set[str]:
+    """The link parameters of the step's page, less the shared prompt and token every page carries."""
+    from app.page_controls import link_controls
+    return set(link_controls(step.view_path)) - {c.param for c in state.carried()}
+
+
+def _open(lesson: Lesson, n: int) -> None:
+    """Open step n's page with the step's view (also when step n is the step shown: its view is put back)."""
+    st.session_state[K_REOPEN] = True
+    st.switch_page(lesson.steps[n - 1].view_path, query_params=lessons.step_query(lesson, n))
+
+
+def in_lesson() -> bool:
+    """Whether this run follows a lesson, or its link asks for one (cheap: nothing is read or checked)."""
+    return K_RUNNING in st.session_state or LESSON_PARAM in st.query_params
+
+
+def leave() -> None:
+    st.session_state.pop(K_RUNNING, None)
+    _drop_link()
+
+
+def _answered(name: str, n: int, key: str, kind: str) -> None:
+    """The answer widget changed: keep the answer (typed text cleaned as any box's is); an old verdict goes."""
+    value = st.session_state.get(key)
+    if kind != "choice":
+        value = clean_text(value or "", lessons.MAX_TYPED)[0]
+    st.session_state.setdefault(K_ANSWERS, {})[(name, n)] = {"answer": value}
+
+
+def _check(name: str, n: int, question: lessons.Question) -> None:
+    mine = st.session_state.setdefault(K_ANSWERS, {}).setdefault((name, n), {})
+    mine["checked"] = lessons.check(question, mine.get("answer"))
+
+
+def _question(lesson: Lesson, n: int, q: lessons.Question) -> None:
+    key = f"k3_lesson_answer_{lesson.name}_{n}"
+    mine = st.session_state.setdefault(K_ANSWERS, {}).get((lesson.name, n), {})
+    st.markdown(f"**Question.** {q.ask}")
+    # seeded from the session's copy before every draw: Streamlit forgets a widget's value when a run does not
+    # draw it (another step), and the student's answer must outlive that
+    st.session_state[key] = mine.get("answer", None if q.kind == "choice" else "")
+    if q.kind == "choice":
+        st.radio("Your answer", list(range(len(q.options))), format_func=q.options.__getitem__, key=key,
+                 on_change=_answered, args=(lesson.name, n, key, q.kind))
+    else:
+        st.text_input("Your answer", key=key, max_chars=lessons.MAX_TYPED,
+                      placeholder="a number" if q.kind == "number" else "a word or two",
+                      on_change=_answered, args=(lesson.name, n, key, q.kind))
+    st.button("Check", key=f"{key}_check", on_click=_check, args=(lesson.name, n, q), icon=":material/done:")
+    checked = mine.get("checked")
+    if checked is None:
+        return
+    if checked.right is None:
+        st.info(checked.message, icon=":material/help:")
+    elif checked.right:
+        st.success(f"**Right.** {q.explanation}", icon=":material/check_circle:")
+    else:
+        st.warning(f"**Not quite.** {q.explanation}", icon=":material/cancel:")
+
+
+@st.fragment
+def _panel(name: str, n: int, here: str) -> None:
+    """The panel; a fragment, so that answering and checking rerun it alone, not the page."""
+    running = _running()
+    if running is None or running[0].name != name:      # left the lesson (the button below)
+        return
+    lesson = running[0]
+    step, last = lesson.steps[n - 1], len(lesson.steps)
+    with st.container(border=True, key=PANEL_KEY):
+        st.html(PANEL_CSS)
+        st.markdown(f":material/school: **{md_escape(lesson.title, lessons.MAX_TITLE)}**")
+        st.progress(n / last, text=f"Step {n} of {last}")
+        if step.page != here:
+            st.caption(f"This step is on the page {step.page_title}.")
+        if st.button(f"Open this step's view{'' if step.page == here else ': ' + step.page_title}",
+                     key="k3_lesson_open", type="tertiary", icon=":material/open_in_new:",
+                     help="the step's page with the view the lesson set for it (what you changed there is undone)"):
+            _open(lesson, n)
+        with st.container(key=f"{PANEL_KEY}-note"):
+            st.markdown(step.note)
+        if step.question is not None:
+            _question(lesson, n, step.question)
+        # buttons that switch the page, not page links: a page link to the page shown reruns it without updating
+        # the address bar, which then named the step before, and a reload went back to it
+        with st.container(horizontal=True):
+            if st.button("Previous", key="k3_lesson_prev", icon=":material/arrow_back:", disabled=n == 1):
+                _open(lesson, n - 1)
+            if st.button("Next", key="k3_lesson_next", icon=":material/arrow_forward:", disabled=n == last,
+                         type="primary"):
+                _open(lesson, n + 1)
+        if n == last:
+            st.caption("The last step. The Lessons page lists the other lessons.")
+        st.button("Leave the lesson", key="k3_lesson_leave", on_click=leave, type="tertiary",
+                  icon=":material/logout:")
+
+
+def sidebar_panel(here: str) -> None:
+    """Follow the link's lesson and draw its panel (inside `with st.sidebar`, before the page runs, so that a step
+    that opens its page resets the page's view before the page reads its link)."""
+    running = follow_link(here)
+    if running is not None:
+        _panel(running[0].name, running[1], here)
