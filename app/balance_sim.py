@@ -62,10 +62,10 @@ class Setup:
 
 # What one run may cost, in router scores routed (tokens per batch x experts x steps): the work of a run grows
 # with each of the three (a top-k over every batch, for five methods), and a link may ask for any of them. One
-# and a half times the default run's (2,048 x 896 x 12): with the checks drawn beside it (the histogram's error,
-# the output weights) a page of at most about 5 s on a 2-core server, where the largest run the ranges allowed
-# (16,384 x 896 x 30) took minutes. MAX_TOKENS keeps the fixed part of a run (those checks grow with the batch)
-# within the same few seconds.
+# and a half times the default run's (2,048 x 896 x 12): the largest runs it allows take 1.3-1.6 s for all five
+# methods on this 2-core machine (2,048 x 18 steps, 8,192 x 4), where the largest run the ranges allowed
+# (16,384 x 896 x 30) took minutes. MAX_TOKENS keeps the fixed part of a run (the checks drawn beside it, the
+# histogram's error and the output weights, grow with the batch) within the same time.
 SCORE_BUDGET = 3 * Setup.tokens * Setup.n_experts * Setup.steps // 2
 MAX_TOKENS = 8192
 MAX_STEPS = 30

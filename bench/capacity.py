@@ -2,6 +2,7 @@
 
     python bench/capacity.py                                   # 5, 10, 20, 40 students, 75 s each
     python bench/capacity.py --levels 10,20,30 --duration 60 --json /tmp/capacity.json
+    python bench/capacity.py --levels 20 --flood                # beside one session sending inputs back to back
     python bench/capacity.py --server-cpus 1 --client-cpus 0   # server pinned to core 1, this client to 0
     python bench/capacity.py --proxy 2 --levels 20 --kill-one 40   # through nginx, 2 replicas, one killed at 40 s
     python bench/capacity.py --url http://127.0.0.1:8501/ --levels 10   # a server that is already running
@@ -338,6 +339,25 @@ async def student(i: int, level: Level, base: str, args, t_level: float, rng: ra
         await s.close()
 
 
+async def flooder(level: Level, base: str, args, t_level: float, stop_at: float, rng: random.Random):
+    """One more session that changes the Routing explorer's controls back to back, never thinking: the most a
+    single browser tab can ask of the server. Its inputs are recorded as "flood", apart from the students'."""
+    s = Session(base, timeout=args.timeout)
+    await s.connect()
+    try:
+        await s.open("routing", {"preset": "own", "text": "A flood of inputs from flood000, as fast as it can."})
+        while time.perf_counter() < stop_at:
+            options = [(w, st) for w in choices_on(s) if (st := next_state(w, rng)) is not None]
+            if not options:
+                break
+            w, st = rng.choice(options)
+            run = await s.set_widget(w, st)
+            level.ops.append(Op(level.students, 0, "flood", "routing", w.key or w.kind, run.seconds, run.status,
+                                run.ok, run.bytes, time.perf_counter() - t_level, "", s.replica))
+    finally:
+        await s.close()
+
+
 async def run_level(n: int, base: str, sampler: Sampler, args, rng: random.Random, target) -> Level:
     level = Level(n)
     level.load_before = os.getloadavg()
@@ -348,6 +368,8 @@ async def run_level(n: int, base: str, sampler: Sampler, args, rng: random.Rando
     events: dict = {}
     tasks = [asyncio.create_task(student(i + 1, level, base, args, t0, random.Random(rng.random()), stop_at, events))
              for i in range(n)]
+    if args.flood:
+        tasks.append(asyncio.create_task(flooder(level, base, args, t0, stop_at, random.Random(rng.random()))))
     killer = None
     if args.kill_one is not None and isinstance(target, Proxied):
         async def kill():
@@ -397,6 +419,7 @@ def summary(level: Level, goal: float) -> dict:
         "meets_goal": bool(inter) and pct(inter, 95) <= goal and not errors,
         "spread": level.spread, "killed": level.killed, "survivors_healthy": level.survivors_healthy,
         "slowest": slowest(level.ops),
+        "flood": len([o for o in level.ops if o.kind == "flood"]),
     }
 
 
@@ -420,6 +443,8 @@ def print_table(rows: list[dict], goal: float) -> None:
               f"{r['load_before']:.1f} -> {r['load_after']:.1f}" + ("" if r["meets_goal"] else "   <- misses the goal"))
         if r["slowest"]:
             print(f"{'':>10}slowest controls (median s): " + ", ".join(f"{k} {m:.2f} (x{c})" for k, c, m in r["slowest"]))
+        if r["flood"]:
+            print(f"{'':>10}beside one session flooding the Routing explorer: {r['flood']} inputs back to back")
         for note in r["error_notes"]:
             print(f"{'':>10}error: {note}")
         if r["spread"] and len(r["spread"]) > 1 or r["killed"]:
@@ -564,6 +589,8 @@ def main() -> int:
                          "snapshot: git archive HEAD | tar -x -C /tmp/k3-snap")
     ap.add_argument("--no-solo", dest="solo", action="store_false",
                     help="skip the pass that times every control once, alone on the server")
+    ap.add_argument("--flood", action="store_true",
+                    help="one more session changes controls back to back, without thinking (not counted as a student)")
     ap.add_argument("--seed", type=int, default=18)
     ap.add_argument("--keep-going", action="store_true", help="run every level even when one is far over the goal")
     ap.add_argument("--json", default=None, help="write every measurement here")

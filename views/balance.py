@@ -92,7 +92,7 @@ else:
 if max_steps < 30:
     st.caption(f":material/speed: With {m:,} tokens per batch and {n} experts a run is capped at {max_steps} steps, "
                f"so that it stays within the lab's budget of {SCORE_BUDGET / 1e6:.0f} million router scores "
-               "(a few seconds on this server); fewer tokens or experts allow up to 30.")
+               "(about 1-2 s on this server, once per setting); fewer tokens or experts allow up to 30.")
 if k >= n:
     st.info((f"Top-{k} of {n} experts leaves nothing to balance" if k == n else
              f"Top-{k} is more than the {n} experts there are")
