@@ -62,6 +62,7 @@ class Run:
     exceptions: list[str] = field(default_factory=list)   # st.exception elements (tracebacks on the page)
     alerts: list[str] = field(default_factory=list)       # st.info / warning / error bodies
     texts: list[str] = field(default_factory=list)        # markdown, headings, widget options, ...
+    fragments: set[str] = field(default_factory=set)      # the fragments whose elements the run drew
 
     @property
     def ok(self) -> bool:
@@ -248,8 +249,10 @@ class Session:
         if run.status == "full":
             self.widgets = seen
         elif run.status == "fragment":
-            frag = bm.rerun_script.fragment_id
-            self.widgets = {k: w for k, w in self.widgets.items() if w.fragment_id != frag}
+            # the fragments that ran (a callback may rerun another one than the widget's, by its key): their
+            # widgets are what the run drew; the others' stay
+            ran = run.fragments or {bm.rerun_script.fragment_id}
+            self.widgets = {k: w for k, w in self.widgets.items() if w.fragment_id not in ran}
             self.widgets.update(seen)
         else:
             self.widgets.update(seen)
@@ -266,7 +269,9 @@ class Session:
                 self.pages[p.url_pathname] = p.page_script_hash
         elif t == "page_info_changed":
             self.query_string = msg.page_info_changed.query_string
-        elif t == "delta" and msg.delta.WhichOneof("type") == "new_element":
+        elif t == "delta" and run is not None and msg.delta.fragment_id:
+            run.fragments.add(msg.delta.fragment_id)
+        if t == "delta" and msg.delta.WhichOneof("type") == "new_element":
             el = msg.delta.new_element
             kind = el.WhichOneof("type")
             sub = getattr(el, kind) if kind else None
