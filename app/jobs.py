@@ -4,8 +4,8 @@ Three kinds of job, in the order they run:
 - AWAITED: a page will wait for it soon (the Routing explorer's held-out routing, started once any page has
   loaded the model). It starts as soon as the worker is free; its own computations let a visitor's go first.
 - PREFETCH: what a session will most likely ask next (a re-run one nudge away from the Routing explorer's
-  view, app/live.py). It starts only after the server has been quiet for QUIET_S[PREFETCH], and the newest
-  page's wishes replace the older ones (`replace`).
+  view, app/live.py). It starts once no visitor's computation has run for QUIET_S[PREFETCH] (a page still
+  drawing its charts does not hold it back), and the newest page's wishes replace the older ones (`replace`).
 - WARM: a page's default view, before anyone asks (app/warm.py). It starts after QUIET_S[WARM] of quiet.
 
 The idle clock counts what visitors make the server do: page runs (streamlit_app.py wraps each in
@@ -41,6 +41,9 @@ class Kind(IntEnum):
 
 
 QUIET_S = {Kind.AWAITED: 0.0, Kind.PREFETCH: 0.5, Kind.WARM: 3.0}
+# what a kind waits to be quiet: the prefetch only for computations (a page still drawing its charts is the
+# moment to compute its next nudge), the warm-up for page runs too
+QUIET_OF = {Kind.AWAITED: (), Kind.PREFETCH: ("model", "awaited"), Kind.WARM: ("page", "model", "awaited")}
 WORKER = "k3-jobs"
 
 
@@ -62,8 +65,9 @@ _seq = itertools.count()
 _running: list[Job] = []                    # the job under way (at most one)
 _state = {"thread": None, "stopping": False}
 
-# the idle clock: visitors' page runs, computations and awaited jobs under way, and when the last one ended
+# the idle clock: visitors' page runs, computations and awaited jobs under way, and when the last of each ended
 _CLOCK = {"page": 0, "model": 0, "awaited": 0, "until": 0.0}
+_UNTIL = {"page": 0.0, "model": 0.0, "awaited": 0.0}
 _CLOCK_LOCK = threading.Lock()
 
 
@@ -89,7 +93,7 @@ def activity(what: str = "model") -> Iterator[None]:
         if counted:
             with _CLOCK_LOCK:
                 _CLOCK[what] -= 1
-                _CLOCK["until"] = time.monotonic()
+                _CLOCK["until"] = _UNTIL[what] = time.monotonic()
             with _cond:
                 _cond.notify_all()
 
@@ -100,19 +104,20 @@ def active(what: str | None = None) -> int:
         return _CLOCK[what] if what else _CLOCK["page"] + _CLOCK["model"] + _CLOCK["awaited"]
 
 
-def idle_for() -> float:
-    """Seconds since the last visitor activity ended; 0 while one is under way."""
+def idle_for(what: tuple[str, ...] = ("page", "model", "awaited")) -> float:
+    """Seconds since the last visitor activity (of these kinds) ended; 0 while one is under way."""
     with _CLOCK_LOCK:
-        if _CLOCK["page"] or _CLOCK["model"] or _CLOCK["awaited"]:
+        if any(_CLOCK[w] for w in what):
             return 0.0
-        return time.monotonic() - _CLOCK["until"]
+        last = _CLOCK["until"] if len(what) == 3 else max((_UNTIL[w] for w in what), default=0.0)
+        return time.monotonic() - last
 
 
 def _may_start(job: Job) -> float:
     """0 when `job` may start now, else how long to wait before looking again."""
     if job.kind == Kind.AWAITED:
         return 0.0
-    quiet = idle_for()
+    quiet = idle_for(QUIET_OF[job.kind])
     if quiet >= QUIET_S[job.kind]:
         return 0.0
     return max(QUIET_S[job.kind] - quiet, 0.05)

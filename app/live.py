@@ -280,8 +280,8 @@ class Prefetcher:
             while len(self._ready) > KEEP:               # the oldest the newest wishes do not name goes first
                 old = [k for k in self._ready if k not in self._named] or list(self._ready)
                 self._ready.pop(old[0])
-        if then is not None and jobs.active() == 0:    # what the page builds of it, unless someone came meanwhile
-            then(out)
+        if then is not None and not jobs.active("model") and not jobs.active("awaited"):
+            then(out)                                   # what the page builds of it, unless a computation came meanwhile
 
     def _then_again(self, key: tuple, then) -> None:
         """then(run) for a re-run computed before: the one held here, else the page's cached one (resume; computed
