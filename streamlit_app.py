@@ -43,8 +43,12 @@ else:
         ui.browser_guards()
 # A session's first page imports its libraries (and on a fresh server loads the model) before it draws anything:
 # say so at once, in the place the page's own heading will take (an empty main area for seconds looked broken).
-loading = st.empty() if not ss.get("_k3_painted") else None
-if loading is not None:
+# The slot is there on every run (empty after the first), so the page's elements keep their places: a slot on the
+# first run only moved every element by one on the second, and Streamlit drew each widget anew beside its stale
+# copy until that run ended (two "N dense agents" sliders under load).
+loading = st.empty()
+first_paint = not ss.get("_k3_painted")
+if first_paint:
     loading.info(f"Opening {page.title}: the first page of a visit can take a few seconds…",
                  icon=":material/hourglass_top:")
 try:
@@ -55,7 +59,7 @@ except AssetError as e:             # a file the page needs is missing or damage
     st.info(f"This page {what}: {md_escape(str(e), 300)}.", icon=":material/block:")
 finally:                    # also after a page's st.stop()
     state.notice_slot(None)     # a fragment's rerun writes its notices in place
-    if loading is not None:
+    if first_paint:
         loading.empty()
         ss["_k3_painted"] = True
     ui.instance_banner(banner)

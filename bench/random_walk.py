@@ -63,7 +63,27 @@ def check(page, where: str) -> list[str]:
         found.append(f"{where}: traceback text on the page")
     if page.locator("h1").count() == 0 and page.locator('[data-testid="stAlert"]').count() == 0:
         found.append(f"{where}: no heading and no message")
+    found.extend(disagreements(page, where))
     return found
+
+
+def disagreements(page, where: str) -> list[str]:
+    """On the Routing explorer: the layer slider, the link and the grid's title name the same layer (the
+    reliability test once found the thumb on 43 while the link and the grid said 44)."""
+    from urllib.parse import parse_qs, urlsplit
+    u = urlsplit(page.url)
+    if not u.path.rstrip("/").endswith("/routing"):
+        return []
+    slider = page.locator('[data-testid="stSlider"]').filter(has_text="Layer").first.get_by_role("slider")
+    title = page.locator(".st-key-routing_grid_title")
+    if not slider.count() or not title.count():
+        return []
+    shown = slider.get_attribute("aria-valuenow")
+    linked = parse_qs(u.query).get("layer", ["46"])[0]         # absent: the default, views/routing.py DEFAULT_LAYER
+    heading = title.first.inner_text()
+    if shown != linked or not heading.startswith(f"Layer {shown}:"):
+        return [f"{where}: the layer slider shows {shown}, the link {linked}, the grid {heading[:20]!r}"]
+    return []
 
 
 def _visible(loc) -> list:
