@@ -78,7 +78,7 @@ def disagreements(page, where: str) -> list[str]:
     title = page.locator(".st-key-routing_grid_title")
     if not slider.count() or not title.count():
         return []
-    shown = slider.get_attribute("aria-valuenow")
+    shown = slider.input_value()
     linked = parse_qs(u.query).get("layer", ["46"])[0]         # absent: the default, views/routing.py DEFAULT_LAYER
     heading = title.first.inner_text()
     if shown != linked or not heading.startswith(f"Layer {shown}:"):
@@ -97,7 +97,8 @@ def step(page, rng: random.Random, base: str, browser, fresh_problems: list) -> 
     if action == "nav":
         spec = rng.choice(PAGES)
         links = page.locator(f'[data-testid="stSidebarNav"] a[href$="/{spec.url_path}"]')
-        if links.count() and links.first.is_visible():
+        closed = page.locator('[data-testid="stExpandSidebarButton"]')      # a closed sidebar's links stay "visible"
+        if links.count() and links.first.is_visible() and not (closed.count() and closed.first.is_visible()):
             links.first.click(timeout=10_000)
         else:                                   # the sidebar is closed (presenter mode): the address bar
             page.goto(base + ("" if spec is PAGES[0] else spec.url_path))
@@ -131,7 +132,10 @@ def step(page, rng: random.Random, base: str, browser, fresh_problems: list) -> 
             return step(page, rng, base, browser, fresh_problems)
         b = rng.choice(cands)
         label = (b.inner_text() or b.get_attribute("aria-label") or "?").strip()[:30]
-        b.click(timeout=10_000)
+        try:
+            b.click(timeout=10_000)
+        except Exception as e:                          # noqa: BLE001 - name what could not be clicked
+            raise RuntimeError(f"click {label!r} ({page.url[len(base):]}): {str(e).splitlines()[0]}") from e
         return f"click {label!r}"
     if action == "back":
         page.go_back()
@@ -156,7 +160,7 @@ def step(page, rng: random.Random, base: str, browser, fresh_problems: list) -> 
     opener = page.locator('[data-testid="stExpandSidebarButton"]')
     if opener.count() and opener.first.is_visible():     # presenter mode closes the sidebar: open it as a person would
         opener.first.click()
-        time.sleep(0.4)
+        time.sleep(1.0)                                  # the sidebar slides in
     box = page.locator('[data-testid="stSidebar"] label:has-text("Presenter mode")')
     if box.count() and box.first.is_visible():
         box.first.click(timeout=10_000)
