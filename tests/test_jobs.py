@@ -1,6 +1,7 @@
 """The background queue (app/jobs.py): one worker, jobs by kind (awaited, prefetch, warm), each waiting for its
 quiet spell on the one idle clock that visitors' page runs and computations move; the worker's own work does
 not move it."""
+import contextlib
 import threading
 import time
 
@@ -43,58 +44,42 @@ def test_jobs_run_by_kind_then_in_the_order_given():
     assert order == ["awaited", "prefetch", "warm 1", "warm 2"]
 
 
-@pytest.mark.parametrize("kind, activity", [(jobs.Kind.WARM, "page"), (jobs.Kind.PREFETCH, "model")])
-def test_a_job_waits_for_its_quiet_spell_after_a_visitors_activity(kind, activity):
-    ran = threading.Event()
-    entered, leave = threading.Event(), threading.Event()
+@contextlib.contextmanager
+def visitor(activity: str):
+    """A visitor's page run or computation under way on another thread until the block ends; yields the
+    time.monotonic() at which it is asked to end (set when the block exits)."""
+    entered, leave, ended = threading.Event(), threading.Event(), []
 
-    def visitor():
+    def run():
         with jobs.activity(activity):
             entered.set()
             leave.wait(10)
-    t = threading.Thread(target=visitor, daemon=True)
-    t.start()
+    threading.Thread(target=run, daemon=True).start()
     assert entered.wait(10)
-    job = jobs.submit(kind, "probe", ran.set)
-    time.sleep(jobs.QUIET_S[jobs.Kind.PREFETCH] + 0.3)
-    assert not ran.is_set(), f"a {kind.name} job ran during a visitor's {activity}"
-    ended = time.monotonic()
-    leave.set()
+    try:
+        yield ended
+    finally:
+        ended.append(time.monotonic())
+        leave.set()
+
+
+@pytest.mark.parametrize("kind, activity", [(jobs.Kind.WARM, "page"), (jobs.Kind.PREFETCH, "model")])
+def test_a_job_waits_for_its_quiet_spell_after_a_visitors_activity(kind, activity):
+    ran = threading.Event()
+    with visitor(activity) as ended:
+        job = jobs.submit(kind, "probe", ran.set)
+        time.sleep(jobs.QUIET_S[jobs.Kind.PREFETCH] + 0.3)
+        assert not ran.is_set(), f"a {kind.name} job ran during a visitor's {activity}"
     assert job.done.wait(10)
-    assert time.monotonic() - ended >= jobs.QUIET_S[kind] - 0.05
+    assert time.monotonic() - ended[0] >= jobs.QUIET_S[kind] - 0.05
 
 
-def test_a_prefetch_does_not_wait_for_a_page_that_is_still_drawing():
-    """The next nudge is computed while the page draws its charts (a page run that computes nothing)."""
-    entered, leave = threading.Event(), threading.Event()
-
-    def page():
-        with jobs.activity("page"):
-            entered.set()
-            leave.wait(10)
-    t = threading.Thread(target=page, daemon=True)
-    t.start()
-    assert entered.wait(10)
-    try:
-        assert jobs.submit(jobs.Kind.PREFETCH, "nudge", lambda: None).done.wait(5)
-    finally:
-        leave.set()
-
-
-def test_an_awaited_job_does_not_wait_for_quiet():
-    entered, leave = threading.Event(), threading.Event()
-
-    def page():
-        with jobs.activity("model"):
-            entered.set()
-            leave.wait(10)
-    t = threading.Thread(target=page, daemon=True)
-    t.start()
-    assert entered.wait(10)
-    try:
-        assert jobs.submit(jobs.Kind.AWAITED, "awaited", lambda: None).done.wait(5)
-    finally:
-        leave.set()
+@pytest.mark.parametrize("kind, activity", [(jobs.Kind.PREFETCH, "page"), (jobs.Kind.AWAITED, "model")])
+def test_a_job_that_need_not_wait_runs_beside_a_visitors_activity(kind, activity):
+    """The next nudge is computed while a page draws its charts (a page run that computes nothing); a job a page
+    waits for runs at once."""
+    with visitor(activity):
+        assert jobs.submit(kind, "at once", lambda: None).done.wait(5)
 
 
 def test_the_newest_wishes_replace_the_waiting_ones_of_their_group():
