@@ -142,3 +142,41 @@ def test_a_top_k_key_sends_the_results_only(server, page):
     assert sent("routing_grid") and not sent("routing_token") and not sent("routing_dense")
     assert page.locator('[data-testid="stException"]').count() == 0
     assert not page.js_errors, page.js_errors
+
+
+def _overlap(a, b) -> bool:
+    return not (a["x"] + a["width"] <= b["x"] or b["x"] + b["width"] <= a["x"]
+                or a["y"] + a["height"] <= b["y"] or b["y"] + b["height"] <= a["y"])
+
+
+def test_a_charts_toolbar_covers_neither_its_heading_nor_the_control_above_it(server, page):
+    """Hovering a chart opened its toolbar above the chart, over the heading "Which tokens does each expert
+    serve?" and over the "Full (same weights)" button elsewhere; it opens over the chart's own corner now."""
+    page.goto(server + "routing")
+    settle(page)
+    heading = page.get_by_role("heading", name=re.compile("Which tokens does each expert serve"))
+    heading.scroll_into_view_if_needed()
+    below = heading.bounding_box()["y"] + heading.bounding_box()["height"]
+    charts = page.locator('[data-testid="stElementContainer"]:has(.vega-embed)')
+    chart = min((charts.nth(i) for i in range(charts.count()) if charts.nth(i).bounding_box()["y"] >= below - 1),
+                key=lambda c: c.bounding_box()["y"])                # the chart right under the heading
+    chart.hover()
+    toolbar = chart.locator('[data-testid="stElementToolbar"]').first
+    toolbar.wait_for(state="visible", timeout=10_000)
+    assert not _overlap(toolbar.bounding_box(), heading.bounding_box())
+    assert toolbar.bounding_box()["y"] >= chart.bounding_box()["y"] - 1
+
+
+def test_the_sparsity_row_spans_both_columns(server, page):
+    """The sparsity metrics sat under the narrow right column, leaving a large empty area left of them."""
+    page.goto(server + "routing")
+    settle(page)
+    row = page.get_by_text("Sparsity with these settings").first
+    main = page.locator('[data-testid="stMainBlockContainer"]').first
+    grid_title = page.locator(".st-key-routing_grid_title").first
+    r, m, g = row.bounding_box(), main.bounding_box(), grid_title.bounding_box()
+    assert abs(r["x"] - g["x"]) <= 2                                # starts where the left column starts
+    metrics = page.locator('[data-testid="stMetric"]')
+    boxes = [metrics.nth(i).bounding_box() for i in range(metrics.count())]
+    right_edge = max(b["x"] + b["width"] for b in boxes)
+    assert right_edge - g["x"] >= 0.8 * m["width"]                 # and runs across both columns
