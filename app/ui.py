@@ -307,6 +307,8 @@ _TRUE = {"1", "true", "on", "yes"}
 _PRESENTER_HIDDEN = ", ".join(f'[data-testid="{t}"]' for t in (
     "stSlider", "stSelectSlider", "stSelectbox", "stMultiSelect", "stTextArea", "stTextInput", "stNumberInput",
     "stRadio", "stCheckbox", "stButtonGroup", "stButton", "stDownloadButton", "stPageLink"))
+# A metric's label wraps in presenter mode: in its large type a label such as "Training tokens in the corpus"
+# was cut to "Training tokens in t…" at a classroom projector's 1024 px.
 PRESENTER_CSS = """
 <style id="k3-presenter">
 [data-testid="stMain"] [data-testid="stMarkdownContainer"] p,
@@ -319,6 +321,9 @@ PRESENTER_CSS = """
 [data-testid="stMain"] [data-testid="stMetricValue"],
 [data-testid="stMain"] [data-testid="stMetricValue"] [data-testid="stMarkdownContainer"] p { font-size: 3rem !important;
   line-height: 1.25; }
+[data-testid="stMain"] [data-testid="stMetricLabel"],
+[data-testid="stMain"] [data-testid="stMetricLabel"] * { white-space: normal !important; overflow: visible !important;
+  text-overflow: clip !important; height: auto !important; }
 [data-testid="stMain"] :is(@HIDDEN@) { display: none !important; }
 [data-testid="stMain"] [data-testid="stElementContainer"]:has(> :is(@HIDDEN@)) { display: none !important; }
 </style>

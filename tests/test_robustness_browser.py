@@ -143,3 +143,19 @@ def test_quick_slider_keys_end_on_the_view_the_page_shows(server, page, presses,
     page.keyboard.press("ArrowRight")                                  # the next press is not lost
     settle(page)
     assert slider.input_value() == query(page)["layer"] == str(41 + presses)
+
+
+def test_presenter_mode_cuts_no_metric_label(server, browser):
+    """In presenter mode's large type the Model card's labels were cut ("Training tokens in t…") at 1024 px."""
+    ctx = browser.new_context(viewport={"width": 1024, "height": 900})
+    try:
+        page = ctx.new_page()
+        page.goto(server + "model-card?present=1")
+        settle(page)
+        cut = page.evaluate("""() => [...document.querySelectorAll('[data-testid="stMetricLabel"] *')]
+            .filter(e => e.scrollWidth > e.clientWidth + 1).map(e => e.textContent)""")
+        labels = page.locator('[data-testid="stMetricLabel"]')
+        assert labels.count() >= 4
+        assert cut == [], cut
+    finally:
+        ctx.close()
