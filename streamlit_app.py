@@ -32,6 +32,9 @@ state.check_app_params()
 if embedded:
     ui.presenter_style()
     ui.browser_guards()
+    if lessons_ui.in_link():        # the lesson's panel lives in the sidebar, which an embedded page has none of
+        state.notice("An embedded view shows one page: a lesson runs in the full app, with its steps in the "
+                     "sidebar, so this view leaves out `lesson` and `lesson_step`.")
 else:
     with st.sidebar:
         lessons_ui.sidebar_panel(here)      # before the page runs: a lesson step resets the view the page reads

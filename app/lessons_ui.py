@@ -31,6 +31,11 @@ PANEL_CSS = """
 """
 
 
+def in_link() -> bool:
+    """Whether this run's link names a lesson or a step."""
+    return LESSON_PARAM in st.query_params or STEP_PARAM in st.query_params
+
+
 def _write_link(name: str, n: int) -> None:
     qp = st.query_params
     if qp.get(LESSON_PARAM) != name:

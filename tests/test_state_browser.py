@@ -137,6 +137,16 @@ def test_presenter_mode_draws_every_chart_with_its_traces(server, browser, schem
     ctx.close()
 
 
+def test_an_embedded_page_says_it_leaves_a_lesson_out(server, page):
+    """A lesson's panel lives in the sidebar: an embedded view given a lesson's link showed the page's defaults
+    without a word."""
+    page.goto(server + "routing?embed=true&lesson=sparse-experts&lesson_step=3")
+    settle(page)
+    assert page.locator("h1").first.inner_text() == "Routing explorer"
+    assert "a lesson runs in the full app" in page.locator('[data-testid="stMain"]').inner_text()
+    assert page.locator('[data-testid="stException"]').count() == 0
+
+
 def test_an_embedded_page_has_no_navigation(server, page):
     page.goto(server + "routing?embed=true&layer=12")
     settle(page)
