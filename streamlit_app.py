@@ -3,7 +3,7 @@ view, presenter mode), the instance banner and link notices above every page. Em
 shows alone: no navigation and no sidebar."""
 import streamlit as st
 
-from app import lessons_ui, state, ui, warm
+from app import classes_ui, lesson_author_ui, lessons_ui, state, ui, warm
 from app.assets import AssetError, LiveUnavailable
 from app.navigation import PAGES
 from app.text import md_escape
@@ -37,7 +37,9 @@ if embedded:
                      "sidebar, so this view leaves out `lesson` and `lesson_step`.")
 else:
     with st.sidebar:
+        classes_ui.follow_link(here)        # a student's seat or the teacher's key, before the lesson's panel
         lessons_ui.sidebar_panel(here)      # before the page runs: a lesson step resets the view the page reads
+        lesson_author_ui.add_view_button(here)
         st.caption("A tiny live instance of Kimi K3's full architecture (93 layers, 896 experts, top-16), "
                    "and the accounting of the real 2.8T model. Not K3's weights.")
         ui.glossary_lookup()

@@ -12,7 +12,7 @@ import numpy as np
 
 from app.layer_data import CITE, FULL, LayerData, Shape, Step
 from app.layer_format import dims, norm, tex
-from app.routing import chip_label
+from app.text import chip_label
 from model.config import K3Config
 
 

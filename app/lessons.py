@@ -19,6 +19,10 @@ A lesson is a TOML file in lessons/ whose name (without .toml) is the lesson's n
     answer = 1                          # the right option, counting from 0 as the app counts layers
     explanation = "Shown after Check, right or wrong."
 
+A number question may be read from the student's own view: `from_view = "rerouted_layers"` instead of `answer`
+names a value the step's page computes for what the student set (VIEW_VALUES), and each student's answer is
+checked against their own view's value.
+
 Every problem of a file is reported with its line; a file with any problem is shown nowhere.
 """
 from __future__ import annotations
@@ -53,9 +57,25 @@ MAX_TYPED = 200                                          # what a student's answ
 KINDS = ("choice", "number", "text")
 _STEP_KEYS = ("page", "params", "note", "question")
 _QUESTION_KEYS = {"choice": ("kind", "ask", "options", "answer", "explanation"),
-                  "number": ("kind", "ask", "answer", "tolerance", "explanation"),
+                  "number": ("kind", "ask", "answer", "from_view", "tolerance", "explanation"),
                   "text": ("kind", "ask", "answers", "explanation")}
-_PAGES = {p.url_path: p for p in PAGES if p.url_path != "lessons"}      # a step shows a view; this page has none
+# a step shows a view; the Lessons and Classes pages have none
+_PAGES = {p.url_path: p for p in PAGES if p.url_path not in ("lessons", "classes")}
+
+
+@dataclass(frozen=True)
+class ViewValue:
+    page: str           # the url path of the page that computes it
+    says: str           # what it counts, as the panel says it
+
+
+# The values a page computes for what a student set, which a number question may be checked against
+# (`from_view`). A page publishes its value on every run (app/lessons_ui.publish).
+VIEW_VALUES = {
+    "rerouted_layers": ViewValue("routing", "the layers, from the re-routed one on, that route the chosen token "
+                                            "differently (What the re-routing changed)"),
+    "prompt_tokens": ViewValue("routing", "the tokens of the sentence the Routing explorer runs"),
+}
 # Markup that an author's Markdown may not hold: raw HTML (Streamlit would show it as text at best), pictures
 # fetched from elsewhere, script links.
 _HOSTILE = re.compile(r"<[A-Za-z/!?]|!\[|javascript:|data:text/html", re.I)
@@ -71,6 +91,7 @@ class Question:
     options: tuple[str, ...] = ()   # choice
     answer: float | int | None = None   # choice: the right option's index; number: the value
     tolerance: float = 0.0          # number
+    from_view: str | None = None    # number: the VIEW_VALUES name each student's answer is checked against
     answers: tuple[str, ...] = ()   # text: accepted answers
 
 
@@ -249,7 +270,7 @@ def _check_params(page: str, params, lines: _Lines, i: int) -> tuple[tuple[tuple
     return tuple(link), problems
 
 
-def _check_question(q, lines: _Lines, i: int) -> tuple[Question | None, list[Problem]]:
+def _check_question(q, lines: _Lines, i: int, page=None) -> tuple[Question | None, list[Problem]]:
     where = ("steps", i, "question")
 
     def problem(key: str | None, message: str) -> Problem:
@@ -285,12 +306,25 @@ def _check_question(q, lines: _Lines, i: int) -> tuple[Question | None, list[Pro
         fields = {"options": tuple(o for o in options if isinstance(o, str)), "answer": answer}
     elif kind == "number":
         tolerance = q.get("tolerance", 0.0)
-        if isinstance(answer, bool) or not isinstance(answer, (int, float)) or not math.isfinite(answer):
-            problems.append(problem("answer" if "answer" in q else None, "answer must be a number"))
+        from_view = q.get("from_view")
+        if from_view is not None:
+            if "answer" in q:
+                problems.append(problem("from_view", "a question read from the view has from_view or answer, not "
+                                                     "both"))
+            known = VIEW_VALUES.get(from_view) if isinstance(from_view, str) else None
+            if known is None:
+                problems.append(problem("from_view", f"from_view {from_view!r} is not a value a page computes; "
+                                                     f"they are {', '.join(VIEW_VALUES)}"))
+            elif page is not None and known.page != page:
+                problems.append(problem("from_view", f"{from_view} is computed by the page {known.page}, not by "
+                                                     f"this step's page {page}"))
+        elif isinstance(answer, bool) or not isinstance(answer, (int, float)) or not math.isfinite(answer):
+            problems.append(problem("answer" if "answer" in q else None, "answer must be a number (or from_view "
+                                                                         "names the view's value)"))
         if isinstance(tolerance, bool) or not isinstance(tolerance, (int, float)) or not 0 <= tolerance < math.inf:
             problems.append(problem("tolerance", "tolerance must be a number, 0 or more"))
             tolerance = 0.0
-        fields = {"answer": answer, "tolerance": float(tolerance)}
+        fields = {"answer": answer, "tolerance": float(tolerance), "from_view": from_view}
     else:
         answers = q.get("answers")
         if not isinstance(answers, list) or not 1 <= len(answers) <= MAX_ANSWERS:
@@ -357,7 +391,7 @@ def parse(text: str, name: str) -> Lesson:
             found += bad
         question = None
         if "question" in raw:
-            question, bad = _check_question(raw["question"], lines, i)
+            question, bad = _check_question(raw["question"], lines, i, page if page in _PAGES else None)
             found += bad
         problems += found
         if not found:
@@ -463,8 +497,9 @@ def normal_text(text: str) -> str:
     return " ".join(str(text).split()).casefold()
 
 
-def check(question: Question, answer) -> Checked:
-    """Right or wrong for a student's answer: the option's index (choice) or the typed text (number, text)."""
+def check(question: Question, answer, truth: float | None = None) -> Checked:
+    """Right or wrong for a student's answer: the option's index (choice) or the typed text (number, text). A
+    question read from the view is checked against `truth`, the value the student's own view computed."""
     if question.kind == "choice":
         if isinstance(answer, bool) or not isinstance(answer, int) or not 0 <= answer < len(question.options):
             return Checked(None, "Pick one of the options first.")
@@ -476,6 +511,9 @@ def check(question: Question, answer) -> Checked:
         v = read_number(typed)
         if v is None:
             return Checked(None, "That is not a number: type digits, such as 12 or 0.5.")
+        if question.from_view is not None and truth is None:
+            return Checked(None, "Open this step's view first: the answer is read from what your view computes.")
+        target = float(truth if question.from_view is not None else question.answer)
         # a float answer written with its shown digits compares equal within rounding of the last one
-        return Checked(abs(v - float(question.answer)) <= question.tolerance + 1e-9 * max(1.0, abs(v)), "")
+        return Checked(abs(v - target) <= question.tolerance + 1e-9 * max(1.0, abs(v)), "")
     return Checked(normal_text(typed) in {normal_text(a) for a in question.answers}, "")

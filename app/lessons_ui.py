@@ -14,14 +14,16 @@ from __future__ import annotations
 
 import streamlit as st
 
-from app import lessons, state
+from app import classes_ui, lessons, state
 from app.lessons import LESSON_PARAM, STEP_PARAM, Lesson
 from app.text import clean_text, md_escape
 
 K_RUNNING = "_k3_lesson"                # {"name", "step" (1-based), "link": the (lesson, step) it last wrote}
 K_ANSWERS = "_k3_lesson_answers"        # {(lesson, step): {"answer": ..., "checked": lessons.Checked}}
 K_LAST_PAGE = "_k3_lesson_last_page"    # the page of the previous run
-K_REOPEN = "_k3_lesson_reopen"          # set by "Open this step's view": the next run opens it even if it is shown
+K_OPEN = "_k3_lesson_open"              # (lesson, step) that Previous, Next or "Open this step's view" opens next run
+K_VIEW_VALUES = "_k3_view_values"       # {name: value} a page computed on its last run (lessons.VIEW_VALUES)
+K_DRAFTS = "_k3_lesson_drafts"          # {name: (Lesson, its file's text)}: lessons written in the app this session
 PANEL_KEY = "k3-lesson"
 # Static style of ours: a long word or address in a note wraps inside the sidebar instead of widening it.
 PANEL_CSS = """
@@ -50,9 +52,25 @@ def _drop_link() -> None:
             del st.query_params[p]
 
 
+def drafts() -> dict[str, tuple[Lesson, str]]:
+    """The lessons written in the app in this session, with their files' text."""
+    return st.session_state.get(K_DRAFTS, {})
+
+
+def keep_draft(lesson: Lesson, text: str) -> None:
+    """Keep a lesson written in the app (checked by lessons.parse) so that it can be followed and taught."""
+    st.session_state.setdefault(K_DRAFTS, {})[lesson.name] = (lesson, text)
+
+
+def available() -> dict[str, Lesson | lessons.LessonError]:
+    """Every lesson this session can follow: the files of lessons/, its own drafts, and its class's lesson (a
+    student's class may run a lesson written in the app, which is no file here); later ones win a name."""
+    return lessons.shipped() | {name: lesson for name, (lesson, _) in drafts().items()} | classes_ui.session_lessons()
+
+
 def _running() -> tuple[Lesson, int] | None:
     rec = st.session_state.get(K_RUNNING)
-    lesson = lessons.shipped().get(rec["name"]) if rec else None
+    lesson = available().get(rec["name"]) if rec else None
     if not isinstance(lesson, Lesson):                  # its file changed under a running lesson and has problems
         st.session_state.pop(K_RUNNING, None)
         return None
@@ -64,15 +82,15 @@ def follow_link(here: str) -> tuple[Lesson, int] | None:
     not write (a shared link, a reload, Previous or Next) are read, with the app's usual notices for bad ones."""
     ss = st.session_state
     came_from, ss[K_LAST_PAGE] = ss.get(K_LAST_PAGE), here
-    reopen = ss.pop(K_REOPEN, False)
-    raw = (st.query_params.get(LESSON_PARAM), st.query_params.get(STEP_PARAM))
+    opening = ss.pop(K_OPEN, None)
+    raw = opening or (st.query_params.get(LESSON_PARAM), st.query_params.get(STEP_PARAM))
     rec = ss.get(K_RUNNING)
-    if raw == (None, None) or (rec is not None and raw == rec["link"] and came_from == here and not reopen):
+    if raw == (None, None) or (rec is not None and raw == rec["link"] and came_from == here and not opening):
         running = _running()
         if running is not None:
             _write_link(running[0].name, running[1])
         return running
-    lesson, n, notes = lessons.read_link(*raw, lessons.shipped())
+    lesson, n, notes = lessons.read_link(*raw, available())
     for note in notes:
         state.notice(note)
     if lesson is None:                                  # a bad link does not end the lesson the session follows
@@ -100,10 +118,23 @@ def _own_params(step: lessons.Step) -> set[str]:
     return set(link_controls(step.view_path)) - {c.param for c in state.carried()}
 
 
-def _open(lesson: Lesson, n: int) -> None:
+def open_step(lesson: Lesson, n: int) -> None:
     """Open step n's page with the step's view (also when step n is the step shown: its view is put back)."""
-    st.session_state[K_REOPEN] = True
-    st.switch_page(lesson.steps[n - 1].view_path, query_params=lessons.step_query(lesson, n))
+    # The step goes through the session, not switch_page's query_params: those are first written into the
+    # address of the page shown, so Back from the new step came to this page with the new step's link. The new
+    # page's run writes the step's link (follow_link) into its own history entry.
+    st.session_state[K_OPEN] = (lesson.name, str(n))
+    st.switch_page(lesson.steps[n - 1].view_path, query_params=classes_ui.link_params())
+
+
+def publish(name: str, value: float | None) -> None:
+    """A page's value that a question may be read from (lessons.VIEW_VALUES), as the page computed it this run."""
+    assert name in lessons.VIEW_VALUES, name
+    st.session_state.setdefault(K_VIEW_VALUES, {})[name] = None if value is None else float(value)
+
+
+def view_value(name: str | None) -> float | None:
+    return None if name is None else st.session_state.get(K_VIEW_VALUES, {}).get(name)
 
 
 def in_lesson() -> bool:
@@ -124,9 +155,13 @@ def _answered(name: str, n: int, key: str, kind: str) -> None:
     st.session_state.setdefault(K_ANSWERS, {})[(name, n)] = {"answer": value}
 
 
-def _check(name: str, n: int, question: lessons.Question) -> None:
-    mine = st.session_state.setdefault(K_ANSWERS, {}).setdefault((name, n), {})
-    mine["checked"] = lessons.check(question, mine.get("answer"))
+def _check(lesson: Lesson, n: int, question: lessons.Question) -> None:
+    mine = st.session_state.setdefault(K_ANSWERS, {}).setdefault((lesson.name, n), {})
+    truth = view_value(question.from_view)
+    mine["checked"] = checked = lessons.check(question, mine.get("answer"), truth)
+    mine["truth"] = truth
+    if checked.right is not None:
+        classes_ui.send(lesson, n, mine.get("answer"), checked, truth)
 
 
 def _question(lesson: Lesson, n: int, q: lessons.Question) -> None:
@@ -143,10 +178,13 @@ def _question(lesson: Lesson, n: int, q: lessons.Question) -> None:
         st.text_input("Your answer", key=key, max_chars=lessons.MAX_TYPED,
                       placeholder="a number" if q.kind == "number" else "a word or two",
                       on_change=_answered, args=(lesson.name, n, key, q.kind))
-    st.button("Check", key=f"{key}_check", on_click=_check, args=(lesson.name, n, q), icon=":material/done:")
+    st.button("Check", key=f"{key}_check", on_click=_check, args=(lesson, n, q), icon=":material/done:")
     checked = mine.get("checked")
     if checked is None:
         return
+    if q.from_view is not None and checked.right is not None:
+        st.caption(f"Your view computed {mine['truth']:g}: {lessons.VIEW_VALUES[q.from_view].says}.")
+    classes_ui.sent_caption(lesson, n)
     if checked.right is None:
         st.info(checked.message, icon=":material/help:")
     elif checked.right:
@@ -167,12 +205,13 @@ def _panel(name: str, n: int, here: str) -> None:
         st.html(PANEL_CSS)
         st.markdown(f":material/school: **{md_escape(lesson.title, lessons.MAX_TITLE)}**")
         st.progress(n / last, text=f"Step {n} of {last}")
+        classes_ui.class_line(lesson, n, lambda m: open_step(lesson, m))
         if step.page != here:
             st.caption(f"This step is on the page {step.page_title}.")
         if st.button(f"Open this step's view{'' if step.page == here else ': ' + step.page_title}",
                      key="k3_lesson_open", type="tertiary", icon=":material/open_in_new:",
                      help="the step's page with the view the lesson set for it (what you changed there is undone)"):
-            _open(lesson, n)
+            open_step(lesson, n)
         with st.container(key=f"{PANEL_KEY}-note"):
             st.markdown(step.note)
         if step.question is not None:
@@ -181,10 +220,10 @@ def _panel(name: str, n: int, here: str) -> None:
         # the address bar, which then named the step before, and a reload went back to it
         with st.container(horizontal=True):
             if st.button("Previous", key="k3_lesson_prev", icon=":material/arrow_back:", disabled=n == 1):
-                _open(lesson, n - 1)
+                open_step(lesson, n - 1)
             if st.button("Next", key="k3_lesson_next", icon=":material/arrow_forward:", disabled=n == last,
                          type="primary"):
-                _open(lesson, n + 1)
+                open_step(lesson, n + 1)
         if n == last:
             st.caption("The last step. The Lessons page lists the other lessons.")
         st.button("Leave the lesson", key="k3_lesson_leave", on_click=leave, type="tertiary",

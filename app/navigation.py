@@ -28,4 +28,5 @@ PAGES = (
     PageSpec("views/model_card.py", "Model card", ":material/badge:", "model-card", "About"),
     PageSpec("views/glossary.py", "Glossary", ":material/menu_book:", "glossary", "About"),
     PageSpec("views/lessons.py", "Lessons", ":material/school:", "lessons", "Teaching"),
+    PageSpec("views/classes.py", "Classes", ":material/groups:", "classes", "Teaching"),
 )

@@ -204,7 +204,23 @@ class RealRun:
     rank0_diff: float            # the same check made by rank 0 inside the run
     ranks: pd.DataFrame
     seconds_layer: float         # the layer itself, slowest rank, between barriers
-    seconds_total: float         # including starting the processes and importing torch
+    seconds_total: float         # including starting the processes (and their `import torch` when spawned)
+    forked: bool                 # forked from the process server (model.fork_server), not new Pythons
+
+
+_server_asked = threading.Event()
+
+
+def process_server_soon() -> None:
+    """Once per process, when this page is open: start the process server that forks the real run's ranks
+    (model/fork_server.py) in the background, if the warm-up has not, so a first press of the button does
+    not wait for its ~2 s start. A prefetch job: it waits until no visitor's computation is under way."""
+    if _server_asked.is_set():
+        return
+    _server_asked.set()
+    from app import jobs
+    from model import fork_server
+    jobs.submit(jobs.Kind.PREFETCH, "the process server", fork_server.server)
 
 
 def run_layer(model, x: torch.Tensor, layer: int, G: int, assign: str = "blocks", progress=None,
@@ -219,7 +235,7 @@ def run_layer(model, x: torch.Tensor, layer: int, G: int, assign: str = "blocks"
     try:
         with tempfile.TemporaryDirectory(prefix="k3-ep-") as tmp:
             path = write_problem(Path(tmp) / "problem.safetensors", moe, x)
-            run: LocalRun = launch_local(path, G, assign, timeout_s=timeout_s, progress=progress)
+            run: LocalRun = launch_local(path, G, assign, timeout_s=timeout_s, progress=progress, fork=True)
     finally:
         _run_lock.release()
     from app.live import computing
@@ -233,7 +249,7 @@ def run_layer(model, x: torch.Tensor, layer: int, G: int, assign: str = "blocks"
         "bytes sent: dispatch": r["bytes_dispatch"], "bytes sent: combine": r["bytes_combine"],
         "layer time (ms)": r["seconds"] * 1e3} for r in run.result["ranks"]])
     return RealRun(G, layer, assign, int(x.shape[0]), diff, float(run.result.get("max_abs_diff", float("nan"))),
-                   ranks, float(run.result["seconds"]), run.seconds_total)
+                   ranks, float(run.result["seconds"]), run.seconds_total, run.forked)
 
 
 # ---- cached wrappers for the page ----------------------------------------------------------------

@@ -13,6 +13,8 @@ from app import ui
 from app.charts import routing as charts
 from app.charts.linked import linked_figure
 from app.live import derived, forward, live
+from app.routing_cache import heldout_ready, heldout_table
+from app.text import token_text
 
 
 def _cfg():
@@ -30,8 +32,8 @@ def predictions_chart(base, run, token: int, theme: str | None, rerouted: bool) 
     def make():
         pieces_of = live().tokenizer.pieces
         before, after = rt.top_predictions(base, token, pieces_of), rt.top_predictions(run, token, pieces_of)
-        return charts.predictions_spec(before, after, [rt.chart_label(p) for p in before["piece"]],
-                                [rt.chart_label(p) for p in after["piece"]], theme)
+        return charts.predictions_spec(before, after, [token_text(p) for p in before["piece"]],
+                                [token_text(p) for p in after["piece"]], theme)
     return derived(run, ("predictions", token, theme, rerouted), make)
 
 
@@ -99,7 +101,7 @@ def marks_of(settings: rt.Rerouting, layer: int) -> tuple:
 
 
 def build_ahead(prompt, token: int, layer: int, colour_by: str, picked: int | None, theme: str | None):
-    """then(nudged settings, run) for rt.prefetch_neighbours: the page's own builders (run_view, layer_view_of)
+    """then(nudged settings, run) for app.routing_cache.prefetch_neighbours: the page's own builders (run_view, layer_view_of)
     on a prefetched re-run, with their data frames converted. Runs on the background jobs' thread: everything it
     needs from the session is captured here."""
     base = forward(prompt.ids)
@@ -119,6 +121,6 @@ def layer_ahead(prompt, token: int, layer: int, colour_by: str, picked: int | No
         lv_ = layer_view_of(prompt, base, layer, token, ((), ()), colour_by, picked)
         for spec in (lv_.grid_spec, lv_.linked):
             ui.arrow_spec(spec)
-        if rt.heldout_ready():
-            rt.heldout_table(layer, lv_.expert)
+        if heldout_ready():
+            heldout_table(layer, lv_.expert)
     return build

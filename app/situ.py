@@ -120,6 +120,25 @@ def grid2d(half_range: float, n: int = 161) -> dict:
     return {"axis": axis.numpy(), "situ": situ_glu(G, U).numpy(), "swiglu": swiglu(G, U).numpy()}
 
 
+# Samples a side of the 3-D surfaces: 41 x 41 (1,681 points a function) is smooth at this size and redraws
+# quickly in the browser when the figure is turned; the heatmaps keep grid2d's finer default.
+SURFACE_POINTS = 41
+
+
+def surface_caption(grid: dict) -> str:
+    """What the 3-D surfaces show, with the largest values read off their grid (app.situ.grid2d)."""
+    axis = np.asarray(grid["axis"], dtype=float)
+    n, R = len(axis), float(axis[-1])
+    situ_top, swiglu_top = float(np.abs(grid["situ"]).max()), float(np.abs(grid["swiglu"]).max())
+    swiglu_note = (f"SwiGLU's reaches {swiglu_top:,.0f} at the corner g = u = {R:g} and keeps growing as g·u, so "
+                   "beside it SiTU-GLU's surface looks flat." if swiglu_top > CAP else
+                   f"SwiGLU's reaches {swiglu_top:,.4g} here, still under {CAP:g}: widen the plane range to see it pass.")
+    return (f"Computed: both surfaces by the functions the live model runs (model/activations.py), on the same {n} × {n} "
+            f"grid of g and u in ±{R:g}. SiTU-GLU's output stays within ±{CAP:g} (at most {situ_top:.4g} in size here); "
+            f"{swiglu_note} Drag the figure to turn it; the toolbar (on hover) zooms, pans, resets the view and saves "
+            "a PNG.")
+
+
 # ---- what the page says about them (K3 report sec 2.3 and 4.1.4) ---------------------------------------
 
 SOURCE = "K3 report Eq. 12, sec 2.3.2"          # SiTU-GLU's form and its constants 4 and 25
@@ -320,6 +339,15 @@ def cached_curves(half_range: float, up: float) -> pd.DataFrame:
 @st.cache_data(max_entries=16, show_spinner=False)
 def cached_grid(half_range: float) -> dict:
     return grid2d(half_range)
+
+
+@st.cache_resource(max_entries=32, show_spinner=False)
+def cached_surfaces(half_range: float, theme_type: str | None):
+    """The 3-D surfaces' grid and plotly figure, built once per process for each range and theme. Shared:
+    st.plotly_chart sends a copy of a figure (Figure.to_dict), never changing the one it is given."""
+    from app.charts import situ_plane as charts
+    grid = grid2d(half_range, SURFACE_POINTS)
+    return grid, charts.surface_figure(grid, CAP, theme_type)
 
 
 @st.cache_resource(show_spinner=False)

@@ -44,7 +44,7 @@ SHARED = "shared"               # the namespace of the controls every page share
 K_PAGE = "_page_url_path"       # the page of this run (streamlit_app.py sets it)
 # Parameters of the app itself (embedding, presenter mode, the lesson a student follows and its step: app/lessons_ui.py),
 # understood on every page; no page may declare a control of the same name.
-APP_PARAMS = frozenset({"embed", "embed_options", "present", "lesson", "lesson_step"})
+APP_PARAMS = frozenset({"embed", "embed_options", "present", "lesson", "lesson_step", "class", "seat", "teacher"})
 # the values Streamlit's front end reads for them (embed_options may be given several times)
 EMBED_OPTIONS = frozenset({"show_toolbar", "show_padding", "disable_scrolling", "light_theme", "dark_theme",
                            "hide_loading_screen", "show_loading_screen_v1", "show_loading_screen_v2"})

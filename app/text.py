@@ -154,3 +154,27 @@ def text_table(df, formats: dict | None = None):
     for c in out.columns:
         out[c] = [cell_text(v, formats.get(c)) for v in df[c].tolist()]
     return out, right
+
+
+def chip_label(piece: str, limit: int = 24) -> str:
+    """Label of a token chip: the piece as every page shows it (app.text.token_text), escaped, since chip labels
+    render Markdown."""
+    return md_escape(token_text(piece, limit), limit + 1)
+
+
+def chip_labels(pieces, limit: int = 24) -> list[str]:
+    """Chip labels for a whole prompt, each one distinct: st.pills keeps its value as the chip's label,
+    so two equal labels ("the" twice) would make a rerun select the other chip. A repeat says which
+    occurrence it is, visibly ("the (2)"): no hidden character comes along when a label is copied."""
+    seen: dict[str, int] = {}
+    taken: set[str] = set()
+    labels = []
+    for piece in pieces:
+        label = chip_label(piece, limit)
+        n = seen.get(label, 0) + 1
+        while n > 1 and f"{label} ({n})" in taken:
+            n += 1
+        seen[label] = n
+        labels.append(label if n == 1 else f"{label} ({n})")
+        taken.add(labels[-1])
+    return labels

@@ -402,6 +402,8 @@ SHARE_HTML = """
   const links = () => {
     const url = new URL(window.location.href);
     url.searchParams.delete("embed");
+    // a class's code and secrets belong to one person's link, not to a view someone shares
+    for (const own of ["class", "seat", "teacher"]) { url.searchParams.delete(own); }
     const embed = new URL(url.href);
     embed.searchParams.set("embed", "true");
     // no "<" in this script: the HTML sanitiser drops a script whose text holds one before a letter
@@ -454,10 +456,25 @@ BROWSER_GUARDS_HTML = """
   if (window.k3BrowserGuards) { return; }
   window.k3BrowserGuards = true;
   const push = history.pushState.bind(history);
+  const replace = history.replaceState.bind(history);
+  // The address of the page as its last run left it. A switch the server starts (st.switch_page) writes the new
+  // page's link values while the address still shows the old page, and only then pushes the new page: the old
+  // page's entry is put back to this address first, so Back finds it as it was.
+  let settled = location.href;
+  const watch = () => {
+    const app = document.querySelector('[data-testid="stApp"]');
+    if (app && app.getAttribute("data-test-script-state") === "notRunning") { settled = location.href; }
+  };
+  new MutationObserver(watch).observe(document, {subtree: true, attributes: true,
+                                                 attributeFilter: ["data-test-script-state"]});
   history.pushState = function (state, title, url) {
     try {
-      if (url !== undefined && url !== null && new URL(url, location.href).pathname === location.pathname) {
-        return history.replaceState(state, title, url);
+      if (url !== undefined && url !== null) {
+        const to = new URL(url, location.href);
+        if (to.pathname === location.pathname) { return replace(state, title, url); }
+        if (new URL(settled).pathname === location.pathname && settled !== location.href) {
+          replace(history.state, "", settled);
+        }
       }
     } catch (e) { /* a URL it cannot read: left to the browser */ }
     return push(state, title, url);

@@ -65,7 +65,7 @@ def _default_forward() -> None:
 
 
 def _heldout() -> None:
-    from app.routing import heldout
+    from app.routing_cache import heldout
     heldout()
 
 
@@ -85,16 +85,24 @@ def _balance_live() -> None:
     live_pool(DEFAULT_LAYER)
 
 
+def _process_server() -> None:
+    # not a cache: the helper process that forks the Expert parallelism page's ranks with torch already
+    # imported (model/fork_server.py), so that page's first run does not wait ~2 s for it to start
+    from model import fork_server
+    if fork_server.server() is None:
+        raise RuntimeError(fork_server.failed())
+
+
 def _quant_experiment(variant: str) -> Callable[[], None]:
     def task() -> None:
         from app.live import DEFAULT_PRESET, PRESETS, live, prepare_prompt
-        from app.quant_lab import cached_heldout_comparison, cached_prompt_comparison
+        from app.quant_cache import cached_heldout_comparison, cached_prompt_comparison
         cached_heldout_comparison(variant)
         cached_prompt_comparison(prepare_prompt(PRESETS[DEFAULT_PRESET], live().tokenizer).ids, variant)
     return task
 
 
-# app.quant_lab's VARIANTS, named here because importing that module imports torch, which the first page
+# app.quant_behaviour's VARIANTS, named here because importing that module imports torch, which the first page
 # must not wait for (tests/test_warm.py checks the two agree)
 QUANT_EXPERIMENTS = ("act", "coarse", "router", "all")
 
@@ -107,6 +115,7 @@ TASKS: tuple[tuple[str, Callable[[], None]], ...] = (
     ("the Full-AttnRes variant on the default prompt", _full_attnres),
     ("the balancing lab's default simulation", _balance),
     ("the balancing lab's live router scores", _balance_live),
+    ("the Expert parallelism page's process server", _process_server),
     *((f"the Quantization lab's experiment {v!r}", _quant_experiment(v)) for v in QUANT_EXPERIMENTS),
 )
 
@@ -147,7 +156,7 @@ def run(tasks=TASKS, give_way: bool = True) -> dict[str, float | str]:
 
 def model_loaded() -> bool:
     """After each page run (streamlit_app.py): once a page has loaded the live model, start routing the
-    held-out sample in the background (app.routing.heldout_soon; once per process). The Routing explorer waits
+    held-out sample in the background (app.routing_cache.heldout_soon; once per process). The Routing explorer waits
     for it at the end of its first view, and it is the slowest of these tasks (~2.7 s), so it does not wait
     for an idle server as the tasks above do; each of its two forwards still lets a visitor's computation go
     first. Visiting Inside one layer and then the explorer at once, the explorer's first view ended ~4 s after
@@ -157,7 +166,7 @@ def model_loaded() -> bool:
     live = live_module()
     if live is None or not live.LOADED.is_set():
         return False
-    from app.routing import heldout_soon
+    from app.routing_cache import heldout_soon
     return heldout_soon()
 
 

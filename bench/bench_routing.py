@@ -15,6 +15,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from app import routing as rt  # noqa: E402
 from app.charts.routing import changed_spec, fingerprint_spec, grid_spec  # noqa: E402
+from app.routing_heldout import HELDOUT_PATH  # noqa: E402
 from model.checkpoint import load_pretrained  # noqa: E402
 from model.k3 import RoutingOverride  # noqa: E402
 
@@ -33,7 +34,7 @@ def main():
     repeats = int(sys.argv[1]) if len(sys.argv) > 1 else 7
     torch.set_grad_enabled(False)
     model, tok = load_pretrained()
-    ids = tok.encode(rt.HELDOUT_PATH.read_text(encoding="utf-8"))[:64]
+    ids = tok.encode(HELDOUT_PATH.read_text(encoding="utf-8"))[:64]
     x = torch.tensor([ids])
     ov = RoutingOverride(top_k=8, knocked_out=(5,))
     with torch.inference_mode():

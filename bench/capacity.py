@@ -178,14 +178,14 @@ class Replica:
 class Proxied:
     """`python -m deploy --replicas N` on a free port; its status file names the replicas' pids."""
 
-    def __init__(self, n: int, app_dir: Path = ROOT):
+    def __init__(self, n: int, app_dir: Path = ROOT, extra: tuple[str, ...] = ()):
         self.port = free_port()
         self.dir = Path(tempfile.mkdtemp(prefix="k3-capacity-proxy-"))
         self.status_file = self.dir / "status.json"
         self.log = open(self.dir / "deploy.log", "w+")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "deploy", "--replicas", str(n), "--port", str(self.port), "--health-interval", "1",
-             "--status-file", str(self.status_file), "--app-dir", str(app_dir)],
+             "--status-file", str(self.status_file), "--app-dir", str(app_dir), *extra],
             cwd=ROOT, stdout=self.log, stderr=subprocess.STDOUT)
         self.url = f"http://127.0.0.1:{self.port}/"
         self.status = None
@@ -326,17 +326,21 @@ async def student(i: int, level: Level, base: str, args, t_level: float, rng: ra
                 record("reconnect", page, run)
                 events["reconnects"] = events.get("reconnects", 0) + 1
                 continue
-            options = [(w, st) for w in choices_on(s) if (st := next_state(w, rng)) is not None]
-            if options and rng.random() < args.interact:
-                w, st = rng.choice(options)
-                run = await s.set_widget(w, st)
-                record("interact", w.key or w.kind, run)
-            else:
-                page = rng.choice([p for p in (s.pages or {x.url_path: "" for x in PAGES}) if p != page])
-                run = await s.open(page, "")
-                record("navigate", page, run)
+            kind, page, what, run = await page_input(s, page, rng, args.interact)
+            record(kind, what, run)
     finally:
         await s.close()
+
+
+async def page_input(s: Session, page: str, rng: random.Random, interact: float):
+    """A student's input on `page`: change one of its controls (share `interact`) or open another page.
+    Returns (kind "interact" or "navigate", the page now shown, the widget key or page, the Run)."""
+    options = [(w, st) for w in choices_on(s) if (st := next_state(w, rng)) is not None]
+    if options and rng.random() < interact:
+        w, st = rng.choice(options)
+        return "interact", page, w.key or w.kind, await s.set_widget(w, st)
+    page = rng.choice([p for p in (s.pages or {x.url_path: "" for x in PAGES}) if p != page])
+    return "navigate", page, page, await s.open(page, "")
 
 
 async def flooder(level: Level, base: str, args, t_level: float, stop_at: float, rng: random.Random):

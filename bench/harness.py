@@ -4,14 +4,19 @@ percentiles. bench/*.py and tests/ import these from here; nothing here imports 
 """
 from __future__ import annotations
 
+import contextlib
+import glob
 import os
 import re
 import shutil
+import subprocess
+import tempfile
+import time
 
 from deploy.launcher import free_port  # one definition: the launcher picks its replicas' ports with it
 
 __all__ = ["CHIPS", "CHROMIUM_FLAGS", "IDLE", "IDLE_JS", "MARKER", "QUIET_MS", "ROUTING_DRAWN_JS", "SETTLED_JS",
-           "STILL_JS", "WATCH_RUNS", "chromium_path", "free_port", "pct"]
+           "STILL_JS", "WATCH_RUNS", "chromium_path", "free_port", "pct", "postgres_bin", "private_postgres"]
 
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                   "--disable-background-networking", "--disable-component-update", "--disable-sync"]
@@ -24,6 +29,45 @@ def chromium_path() -> str | None:
         if cand and os.path.exists(cand):
             return cand
     return None
+
+
+def postgres_bin() -> str | None:
+    """The folder of Debian's PostgreSQL server programs (initdb, pg_ctl), or None."""
+    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"), key=lambda p: int(p.split("/")[4]))
+    if found:
+        return os.path.dirname(found[-1])
+    initdb = shutil.which("initdb")
+    return os.path.dirname(os.path.realpath(initdb)) if initdb else None
+
+
+@contextlib.contextmanager
+def private_postgres(bin_dir: str):
+    """A PostgreSQL cluster of its own in a temporary folder, on a free loopback port, trusted for local
+    connections: yields its SQLAlchemy URL; stopped and deleted afterwards. As root the server runs as the
+    `postgres` user (it refuses to run as root)."""
+    data = tempfile.mkdtemp(prefix="k3-pg-")
+    as_user: list[str] = []
+    if os.geteuid() == 0:
+        shutil.chown(data, "postgres")
+        as_user = ["runuser", "-u", "postgres", "--"]
+    port = free_port()
+
+    def run(*cmd, check=True):
+        return subprocess.run([*as_user, *cmd], check=check, capture_output=True, text=True, timeout=120)
+
+    run(f"{bin_dir}/initdb", "-D", f"{data}/db", "-A", "trust", "-U", "k3", "-E", "UTF8", "--no-sync")
+    run(f"{bin_dir}/pg_ctl", "-D", f"{data}/db", "-l", f"{data}/log", "-w", "-t", "60", "start", "-o",
+        f"-p {port} -k {data} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=200")
+    try:
+        yield f"postgresql+psycopg://k3@127.0.0.1:{port}/postgres"
+    finally:
+        run(f"{bin_dir}/pg_ctl", "-D", f"{data}/db", "-m", "immediate", "-w", "stop", check=False)
+        for _ in range(20):
+            try:
+                shutil.rmtree(data)
+                break
+            except OSError:
+                time.sleep(0.2)
 
 
 def pct(values, q: float) -> float:

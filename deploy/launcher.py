@@ -5,6 +5,7 @@
     python -m deploy --replicas 0 --upstream 10.0.0.11:8501 --upstream 10.0.0.12:8501   # other machines
     python -m deploy --no-proxy --replicas 2 --replica-host 0.0.0.0 --base-port 8501     # an app machine
     python -m deploy --print-config --upstream 10.0.0.11:8501 --upstream 10.0.0.12:8501 # system nginx
+    python -m deploy --database-url postgresql+psycopg://k3@db.school/k3    # classes in PostgreSQL
 
 What it does: picks the replicas' ports (free loopback ports, or --base-port, --base-port + 1, ...),
 starts one `streamlit run streamlit_app.py` per replica (all with one cookie secret, so the XSRF
@@ -19,6 +20,10 @@ address, then watches:
   checks are passive only (max_fails/fail_timeout, and a retry on the next replica), see deploy/nginx.py;
 - a local replica that exits is reported (and restarted on the same port with --restart);
 - nginx exiting ends everything (exit status 1).
+
+Classes and their answers (app/classes.py) go to --database-url (default: $K3_DATABASE_URL), passed to every
+replica as K3_DATABASE_URL; without one, the replicas of this machine share the SQLite file var/classes.sqlite of
+the app's folder. Replicas on several machines need a database they all reach: PostgreSQL.
 
 Ctrl+C or SIGTERM stops nginx, then every replica (SIGTERM to its process group, SIGKILL after 10 s),
 and removes the temp dir (--keep-dir keeps it, with the logs). --status-file writes a JSON description
@@ -155,6 +160,7 @@ class Deployment:
     restart: bool = False
     nginx_bin: str = "nginx"
     app_dir: Path = ROOT
+    database_url: str | None = None
     nginx_proc: subprocess.Popen | None = None
     stop_event: threading.Event = field(default_factory=threading.Event)
     down: set = field(default_factory=set)
@@ -163,6 +169,8 @@ class Deployment:
 
     def start_replica(self, r: Replica) -> None:
         env = dict(os.environ, STREAMLIT_SERVER_COOKIE_SECRET=self.cookie_secret)
+        if self.database_url:
+            env["K3_DATABASE_URL"] = self.database_url
         logf = open(r.log_path, "ab")
         r.proc = subprocess.Popen(
             [sys.executable, "-m", "streamlit", "run", "streamlit_app.py", "--server.headless", "true",
@@ -373,6 +381,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--restart", action="store_true", help="restart a local replica that exits")
     ap.add_argument("--no-proxy", action="store_true", help="start the replicas only (for a proxy elsewhere)")
     ap.add_argument("--no-warm", action="store_true", help="do not open a page on each replica before serving")
+    ap.add_argument("--database-url", default=os.environ.get("K3_DATABASE_URL") or None,
+                    help="SQLAlchemy URL of the classes database every replica uses (default: $K3_DATABASE_URL, "
+                         "else the app folder's SQLite file)")
     ap.add_argument("--nginx", default=shutil.which("nginx") or "/usr/sbin/nginx", help="the nginx binary")
     ap.add_argument("--app-dir", type=Path, default=ROOT,
                     help="the app to serve: a directory with streamlit_app.py (default this checkout)")
@@ -430,7 +441,8 @@ def main(argv=None) -> int:
     dep = Deployment(replicas, args.host, args.port, args.sticky, workdir,
                      os.environ.get("STREAMLIT_SERVER_COOKIE_SECRET") or secrets.token_hex(32), proxy=proxy,
                      health_interval=args.health_interval, health_fails=args.health_fails,
-                     restart=args.restart, nginx_bin=args.nginx, app_dir=args.app_dir)
+                     restart=args.restart, nginx_bin=args.nginx, app_dir=args.app_dir,
+                     database_url=args.database_url)
 
     def on_signal(signum, frame):
         if not dep.stop_event.is_set():

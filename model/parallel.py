@@ -27,7 +27,8 @@ Run it (each rank reads RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, as torchrun 
     #     each (node-rank 0 on the machine at MASTER, node-rank 1 on the other); 8 must divide 896
     torchrun --nnodes 2 --nproc-per-node 4 --node-rank 0 --master-addr 10.0.0.1 --master-port 29500 \\
         -m model.parallel --problem /tmp/ep_problem.safetensors
-    # without torchrun, on one machine (what the app's "run it for real" button does):
+    # without torchrun, on one machine: G new processes (the app's "run it for real" button forks them
+    # from model.fork_server instead, so they need not import torch each)
     python -m model.parallel --spawn 4 --problem /tmp/ep_problem.safetensors
 
 Rank 0 prints whether the expert-parallel output equals the single-process LatentMoE layer and the
@@ -55,6 +56,7 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 from torch import nn
 
+from model import fork_server
 from model.activations import ACTIVATIONS, GLUFFN
 from model.config import K3Config
 from model.moe import LatentMoE, Router, grouped_experts
@@ -317,6 +319,7 @@ class LocalRun:
     y: torch.Tensor              # [T, d] the expert-parallel output, gathered
     seconds_total: float         # wall time from starting the processes to their exit
     logs: list[str]              # each rank's output
+    forked: bool = False         # the ranks were forked from the process server (model.fork_server)
 
 
 def free_port() -> int:
@@ -325,45 +328,92 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def launch_local(problem: str | Path, world: int, assign: str = "blocks", timeout_s: float = 300.0,
-                 progress=None, check: bool = True) -> LocalRun:
-    """Start `world` processes of this module on 127.0.0.1 (gloo), wait, and return rank 0's result.
+class SpawnedRanks:
+    """Each rank a new `python -m model.parallel` process; the interface launch_local polls."""
 
-    `progress(elapsed_s, finished, stages)` is called about 5 times a second while they run (stages:
-    each rank's latest message). Raises LaunchError with the reason (and the failing rank's output)
-    when a process cannot start, fails, or runs past `timeout_s`; every process it started is stopped.
+    def __init__(self, ranks: list[dict]):
+        self.procs: list[subprocess.Popen] = []
+        base = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1",
+                "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+        for r, spec in enumerate(ranks):
+            try:
+                with open(spec["log"], "w") as log:
+                    self.procs.append(subprocess.Popen(
+                        [sys.executable, "-m", "model.parallel", *spec["argv"]], cwd=ROOT,
+                        env={**base, **spec["env"]}, stdout=log, stderr=subprocess.STDOUT))
+            except OSError as e:
+                self.stop()
+                raise LaunchError(f"could not start process {r}: {e}") from e
+
+    def codes(self) -> list[int | None]:
+        return [p.poll() for p in self.procs]
+
+    def stop(self) -> None:
+        for p in self.procs:
+            if p.poll() is None:
+                p.terminate()
+        for p in self.procs:
+            try:
+                p.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+
+
+# launch_local reports progress every PROGRESS_S once a run has taken PROGRESS_AFTER_S: a page redrawing
+# its status takes CPU time the ranks need on a small machine (a forked run of 0.45 s took 0.83 s in the
+# app with a report every 0.2 s from the start), and a run that ends sooner needs no progress
+PROGRESS_S = 0.2
+PROGRESS_AFTER_S = 1.0
+
+
+def start_ranks(ranks: list[dict], timeout_s: float, fork: bool):
+    """The ranks forked from the process server when `fork` and it runs (or can start), else spawned."""
+    server = fork_server.server() if fork else None
+    if server is not None:
+        try:
+            return fork_server.ForkedRanks(server, ranks, timeout_s)
+        except fork_server.ServerError:
+            pass                                     # gone since: start them the plain way
+    return SpawnedRanks(ranks)
+
+
+def launch_local(problem: str | Path, world: int, assign: str = "blocks", timeout_s: float = 300.0,
+                 progress=None, check: bool = True, fork: bool = False) -> LocalRun:
+    """Run `world` ranks of this module on 127.0.0.1 (gloo), wait, and return rank 0's result.
+
+    Each rank is a separate process: with `fork`, forked from the process server (model.fork_server,
+    torch already imported: 8 ranks in ~0.5 s here), falling back to a new Python process each (~1-2 s,
+    mostly `import torch`) when the server cannot start. `progress(elapsed_s, finished, stages)` is called
+    about 5 times a second once they have run for a second (stages: each rank's latest message). Raises
+    LaunchError with the reason (and the failing rank's output) when a process cannot start, fails, or runs
+    past `timeout_s`; every process it started is stopped.
     """
     if not 1 <= world <= 64:
         raise LaunchError(f"{world} processes is outside 1..64")
     if assign not in ASSIGN_MODES:
         raise LaunchError(f"assignment is one of {ASSIGN_MODES}")
-    out_dir = tempfile.mkdtemp(prefix="k3-ep-")
+    out_dir = Path(tempfile.mkdtemp(prefix="k3-ep-"))
     port = free_port()
-    env_base = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
-                "WORLD_SIZE": str(world), "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
-                "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
-                "PYTHONUNBUFFERED": "1"}
-    procs, logs = [], []
+    argv = ["--problem", str(problem), "--assign", assign] + ([] if check else ["--no-check"])
+    ranks = [{"argv": argv + (["--out", str(out_dir)] if r == 0 else []),
+              "env": {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "WORLD_SIZE": str(world),
+                      "RANK": str(r), "LOCAL_RANK": str(r)},
+              "log": str(out_dir / f"rank{r}.log")} for r in range(world)]
+    logs = [Path(spec["log"]) for spec in ranks]
     t0 = time.perf_counter()
+    group, reported = None, PROGRESS_AFTER_S - PROGRESS_S
     try:
-        for r in range(world):
-            log = tempfile.TemporaryFile("w+")
-            logs.append(log)
-            cmd = [sys.executable, "-m", "model.parallel", "--problem", str(problem), "--assign", assign]
-            if r == 0:
-                cmd += ["--out", out_dir]
-            if not check:
-                cmd += ["--no-check"]
-            env = {**env_base, "RANK": str(r), "LOCAL_RANK": str(r)}
-            try:
-                procs.append(subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT))
-            except OSError as e:
-                raise LaunchError(f"could not start process {r}: {e}") from e
+        group = start_ranks(ranks, timeout_s + 10, fork)   # the server's own deadline: a backstop to ours
         while True:
-            codes = [p.poll() for p in procs]
+            try:
+                codes = group.codes()
+            except fork_server.ServerError as e:
+                raise LaunchError(f"the process server failed during the run: {e}") from e
             elapsed = time.perf_counter() - t0
-            if progress is not None:
+            if progress is not None and elapsed - reported >= PROGRESS_S:
                 progress(elapsed, sum(c is not None for c in codes), [_last_line(g) for g in logs])
+                reported = elapsed
             bad = [(r, c) for r, c in enumerate(codes) if c not in (None, 0)]
             if bad:
                 r, c = bad[0]
@@ -373,34 +423,27 @@ def launch_local(problem: str | Path, world: int, assign: str = "blocks", timeou
             if elapsed > timeout_s:
                 raise LaunchError(f"the {world} processes did not finish within {timeout_s:.0f} s "
                                   f"(stages: {[_last_line(g) for g in logs]})")
-            time.sleep(0.2)
+            time.sleep(0.01 if elapsed < 1 else PROGRESS_S)   # a forked run ends in well under a second
         total = time.perf_counter() - t0
-        out = Path(out_dir)
-        result = json.loads((out / "result.json").read_text())
-        with safe_open(str(out / "result.safetensors"), "pt") as f:
+        result = json.loads((out_dir / "result.json").read_text())
+        with safe_open(str(out_dir / "result.safetensors"), "pt") as f:
             y = f.get_tensor("y")
-        return LocalRun(result, y, total, [_tail(g, 4000) for g in logs])
+        return LocalRun(result, y, total, [_tail(g, 4000) for g in logs],
+                        isinstance(group, fork_server.ForkedRanks))
     finally:
-        for p in procs:
-            if p.poll() is None:
-                p.terminate()
-        for p in procs:
-            try:
-                p.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                p.kill()
-        for g in logs:
-            g.close()
+        if group is not None:
+            group.stop()
         shutil.rmtree(out_dir, ignore_errors=True)
 
 
-def _tail(log, n: int = 2000) -> str:
-    log.flush()
-    log.seek(0)
-    return log.read()[-n:]
+def _tail(log: Path, n: int = 2000) -> str:
+    try:
+        return log.read_text(errors="replace")[-n:]
+    except OSError:
+        return ""
 
 
-def _last_line(log) -> str:
+def _last_line(log: Path) -> str:
     lines = [s for s in _tail(log, 400).splitlines() if s.strip()]
     return lines[-1] if lines else "starting Python"
 

@@ -25,6 +25,8 @@ def pytest_configure(config):
     # tests/test_warm.py turn them on where they are the subject.
     os.environ.setdefault("K3_PREFETCH", "0")
     os.environ.setdefault("K3_WARM", "0")
+    # classes and answers of the tests' servers and AppTests in a database of the test run's own
+    os.environ.setdefault("K3_DATABASE_URL", f"sqlite:///{tempfile.mkdtemp(prefix='k3-classes-')}/classes.sqlite")
 
 
 @contextlib.contextmanager
@@ -85,6 +87,19 @@ def browser():
             yield br
         finally:
             br.close()
+
+
+@pytest.fixture(scope="session")
+def postgres_url():
+    """A private PostgreSQL cluster for the session (Debian's postgresql), as the proxy tests run their own nginx."""
+    from bench.harness import postgres_bin, private_postgres
+    bin_dir = postgres_bin()
+    if bin_dir is None:
+        if os.environ.get("K3_REQUIRE_POSTGRES"):
+            pytest.fail("K3_REQUIRE_POSTGRES is set but no PostgreSQL server was found")
+        pytest.skip("no PostgreSQL server found (apt-get install -y postgresql); PostgreSQL tests skipped")
+    with private_postgres(bin_dir) as url:
+        yield url
 
 
 @pytest.fixture(scope="session")

@@ -11,8 +11,11 @@ as in CI), then
 - a hostile query string through the proxy gets the app's notices and no traceback, the same notices
   as directly on a replica, and a long link is not refused by nginx;
 - two browser sessions, one on each replica, each with its own prompt through the link, see only their
-  own prompt; the replica of one is killed (SIGKILL), and that browser reconnects through nginx to the
-  survivor and gets its view back from its link (prompt and top-k), with no traceback;
+  own prompt, and each is a student of one class (both replicas write to one PostgreSQL database, the
+  session's own cluster; SQLite when no PostgreSQL is installed and CI does not require it) who answers the
+  lesson's first question; the replica of one is killed (SIGKILL), and that browser reconnects through nginx
+  to the survivor and gets its view back from its link (prompt, top-k, the lesson's step and the class seat),
+  with no traceback and no answer lost, and answers again from the survivor;
 - SIGTERM stops the launcher, nginx and every replica, and removes the temp dir.
 """
 from __future__ import annotations
@@ -33,6 +36,7 @@ from pathlib import Path
 
 import pytest
 
+from app import classes
 from bench.harness import free_port
 from tests.conftest import ROOT, settle
 
@@ -86,13 +90,15 @@ def alive(pid: int) -> bool:
 
 
 class Launched:
-    def __init__(self):
+    def __init__(self, database_url: str):
+        self.database_url = database_url
         self.port = free_port()
         self.status_path = Path(tempfile.mkdtemp(prefix="k3-deploy-test-")) / "status.json"
         self.log = tempfile.NamedTemporaryFile("w+", suffix=".log", prefix="k3-deploy-", delete=False)
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "deploy", "--replicas", "2", "--port", str(self.port), "--health-interval", "1",
-             "--status-file", str(self.status_path)], cwd=ROOT, stdout=self.log, stderr=subprocess.STDOUT)
+             "--status-file", str(self.status_path), "--database-url", database_url], cwd=ROOT, stdout=self.log,
+            stderr=subprocess.STDOUT)
         self.status = None
 
     def output(self) -> str:
@@ -142,9 +148,13 @@ class Launched:
 
 
 @pytest.fixture(scope="module")
-def deployment():
+def deployment(request, tmp_path_factory):
     need_nginx()
-    d = Launched()
+    try:
+        url = request.getfixturevalue("postgres_url")
+    except pytest.skip.Exception:
+        url = f"sqlite:///{tmp_path_factory.mktemp('classes')}/classes.sqlite"
+    d = Launched(url)
     try:
         d.wait()
         yield d
@@ -153,6 +163,22 @@ def deployment():
         d.log.close()
         os.unlink(d.log.name)
         shutil.rmtree(d.status_path.parent, ignore_errors=True)
+
+
+def answer(pg, text: str) -> None:
+    """Answer the lesson step's question in the sidebar and check it (which sends it to the class)."""
+    side = pg.locator('[data-testid="stSidebar"]')
+    box = side.get_by_role("textbox", name="Your answer")
+    box.fill(text)
+    box.press("Enter")
+    settle(pg)
+    side.get_by_role("button", name="Check").click()
+    settle(pg)
+    assert "Sent to your class" in side.inner_text()
+
+
+def answers_of(store, info) -> dict[str, str]:
+    return {a.nickname: a.answer for a in store.class_answers(info.id) if a.step == 1}
 
 
 def replica_of(ctx, base: str) -> str:
@@ -258,12 +284,16 @@ def test_sessions_see_their_own_prompt_and_survive_a_replica_dying(deployment, b
         assert len(placed) == 2, f"20 browsers all landed on {set(placed)}"
         (addr_a, ctx_a), (addr_b, ctx_b) = sorted(placed.items())
         markers = {"a": "marker-one", "b": "marker-two"}
+        store = classes.Store(deployment.database_url)
+        info, _ = store.start("sparse-experts", 8)
+        seats = {name: store.join(info.code, f"student {name}")[2] for name in markers}
         pages = {}
         errors = []
         for name, ctx in (("a", ctx_a), ("b", ctx_b)):
             pg = ctx.new_page()
             pg.on("pageerror", lambda e, n=name: errors.append((n, str(e))))
-            pg.goto(f"{base}routing?preset=own&text={markers[name]}%20reads%20its%20own%20prompt", timeout=TIMEOUT)
+            pg.goto(f"{base}routing?preset=own&text={markers[name]}%20reads%20its%20own%20prompt&lesson=sparse-experts"
+                    f"&lesson_step=1&class={info.code}&seat={seats[name]}", timeout=TIMEOUT)
             pages[name] = pg
         for name, pg in pages.items():
             pg.wait_for_selector(".st-key-routing_grid canvas", timeout=TIMEOUT)   # the expert grid drawn
@@ -274,6 +304,8 @@ def test_sessions_see_their_own_prompt_and_survive_a_replica_dying(deployment, b
             chips = spelled(pg)
             assert own in chips and other not in chips, f"session {name}: chips spell {chips!r}"
             assert pg.locator('[data-testid="stException"]').count() == 0
+            answer(pg, "16" if name == "a" else "15")
+        assert answers_of(store, info) == {"student a": "16", "student b": "15"}     # one database, two replicas
 
         # session a moves top-k (so its link holds more than the prompt), then its replica dies
         pa = pages["a"]
@@ -298,6 +330,11 @@ def test_sessions_see_their_own_prompt_and_survive_a_replica_dying(deployment, b
         q_before = urllib.parse.parse_qs(urllib.parse.urlsplit(link_before).query)
         q_after = urllib.parse.parse_qs(urllib.parse.urlsplit(pa.url).query)
         assert q_after == q_before, (link_before, pa.url)
+        side = pa.locator('[data-testid="stSidebar"]').inner_text()
+        assert f"Class {info.code} as student a" in side and "Step 1 of 8" in side
+        assert answers_of(store, info) == {"student a": "16", "student b": "15"}     # nothing lost
+        answer(pa, "17")                                                              # from the survivor
+        assert answers_of(store, info) == {"student a": "17", "student b": "15"}
 
         # the survivor still serves session b, which sees only its own prompt, and both can interact
         pb = pages["b"]
@@ -317,6 +354,7 @@ def test_sessions_see_their_own_prompt_and_survive_a_replica_dying(deployment, b
     finally:
         for ctx in contexts:
             ctx.close()
+        store.engine.dispose()
 
     # the launcher noticed, and took the dead replica out of rotation
     deadline = time.time() + 30

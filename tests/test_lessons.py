@@ -69,6 +69,7 @@ def test_the_answers_of_the_shipped_questions_are_what_the_pages_compute():
     from app.attention import metric_caption
     from app.attnres import link_series
     from app.parallel import expert_memory
+    from app.routing_sparsity import sparsity
     from model import memory
     from model.attnres import vectors_alive
     from model.config import K3Config
@@ -76,8 +77,9 @@ def test_the_answers_of_the_shipped_questions_are_what_the_pages_compute():
     ask = lambda name, n: shipped(name).steps[n - 1].question            # noqa: E731
 
     assert ask("sparse-experts", 1).answer == tiny.top_k == 16
-    assert ask("sparse-experts", 3).answer == rt.sparsity(rt.Rerouting(top_k=8), 46, tiny)["sparsity"]
-    assert ask("sparse-experts", 6).answer == min(8, tiny.top_k)
+    assert ask("sparse-experts", 3).answer == sparsity(rt.Rerouting(top_k=8), 46, tiny)["sparsity"]
+    assert ask("sparse-experts", 4).from_view == "rerouted_layers" and ask("sparse-experts", 4).answer is None
+    assert ask("sparse-experts", 7).answer == min(8, tiny.top_k)
     assert ask("attention-memory", 1).answer == tiny.layer_types.count("mla") == full.n_mla
     assert f"{ask('attention-memory', 3).answer}x" in metric_caption("all MLA", 2 ** 20, 1, full)
     assert ask("attention-memory", 5).answer == vectors_alive(full.num_layers, full.attnres_block_size)
@@ -279,7 +281,7 @@ def test_bad_lesson_links_get_notices():
     lesson, n, notes = L.read_link("<b>nope</b>", "2", found)
     assert lesson is None and "`<b>nope</b>`" in notes[0] and "sparse-experts" in notes[0]
     lesson, n, notes = L.read_link("Sparse-Experts", "99", found)
-    assert lesson.name == "sparse-experts" and n == len(lesson.steps) and "outside 1–7" in notes[0]
+    assert lesson.name == "sparse-experts" and n == len(lesson.steps) and f"outside 1–{len(lesson.steps)}" in notes[0]
     lesson, n, notes = L.read_link("sparse-experts", "two", found)
     assert n == 1 and "not a whole number" in notes[0]
     assert L.read_link(None, "3", found)[0] is None
@@ -396,3 +398,55 @@ def test_a_file_with_problems_is_shown_nowhere(tmp_path, monkeypatch):
     assert "lessons/broken.toml" in warning and "line 6" in warning
     at = open_app_page("views/overview.py", {"lesson": "broken", "lesson_step": "1"})
     assert any("has problems in its file" in i.value for i in at.info) and not at.sidebar.get("progress")
+
+
+# ---- questions read from the student's view ----------------------------------------------------------------------
+
+FROM_VIEW = BASE.replace('kind = "choice"', 'kind = "number"', 1).replace(
+    'options = ["this", "that"]\n', '', 1).replace("answer = 1", 'from_view = "rerouted_layers"', 1)
+
+
+def test_a_question_read_from_the_view_is_checked_against_each_students_own_value():
+    q = L.parse(FROM_VIEW, "test").steps[0].question
+    assert q.kind == "number" and q.from_view == "rerouted_layers" and q.answer is None
+    assert L.check(q, "12", truth=12.0).right is True
+    assert L.check(q, "12", truth=30.0).right is False               # another student's view: another answer
+    assert L.check(q, "30", truth=30.0).right is True
+    assert L.check(q, "12", truth=None).right is None                 # the view has not been opened
+    assert "Open this step's view" in L.check(q, "12", truth=None).message
+
+
+@pytest.mark.parametrize("old,new,words", [
+    ('from_view = "rerouted_layers"', 'from_view = "layers_changed"', "not a value a page computes"),
+    ('from_view = "rerouted_layers"', 'from_view = "rerouted_layers"\nanswer = 3', "not both"),
+    ('page = "routing"', 'page = "balance"', "computed by the page routing"),
+])
+def test_a_bad_from_view_names_its_line(old, new, words):
+    text = FROM_VIEW.replace(old, new, 1)
+    if old.startswith("page"):
+        text = text.replace("params = { layer = 12, k = 8 }", "", 1)
+    found = problems(text)
+    assert any(words in p.message for p in found), [str(p) for p in found]
+    assert all(p.line > 1 for p in found)
+
+
+def test_a_question_read_from_the_view_is_right_for_each_students_own_sentence():
+    """Step 4 of sparse-experts: two sentences, two counts of re-routed layers, each read off the page's own caption
+    and each right only for its own view."""
+    import re
+    lesson = shipped("sparse-experts")
+    key = "k3_lesson_answer_sparse-experts_4"
+    counts = []
+    for text in ("The cat sat on the mat and looked at the birds.", "def mean(values): return sum(values) / len(values)"):
+        at = open_app_page("views/routing.py", L.step_query(lesson, 4) | {"preset": "own", "text": text})
+        caption = next(c.value for c in at.caption if "layers route it differently" in c.value)
+        moved = int(re.search(r"(\d+) of (\d+) layers route it differently", caption).group(1))
+        assert 1 <= moved <= 47                            # layer 46 always (8 of its 16 go); at most 46..92
+        at.sidebar.text_input(key=key).input(str(moved)).run()
+        at.sidebar.button(key=key + "_check").click().run()
+        assert any(s.value.startswith("**Right.**") for s in at.sidebar.success), [c.value for c in at.sidebar.caption]
+        at.sidebar.text_input(key=key).input(str(moved + 1)).run()
+        at.sidebar.button(key=key + "_check").click().run()
+        assert any(w.value.startswith("**Not quite.**") for w in at.sidebar.warning)
+        counts.append(moved)
+    assert len(counts) == 2

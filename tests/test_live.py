@@ -92,10 +92,11 @@ def _prefetch_checks(lv, ids, pf):
     import time
 
     from app import routing as rt
+    from app.routing_cache import prefetch_neighbours, rerouted
     settings = rt.Rerouting()
     layer = 60
     built = []                                  # what the page builds of each prefetched run (views/routing.py)
-    rt.prefetch_neighbours(ids, layer, settings, expert=5, then=lambda nudged, run: built.append((nudged, run)))
+    prefetch_neighbours(ids, layer, settings, expert=5, then=lambda nudged, run: built.append((nudged, run)))
     keys = [(ids, start, RunOptions(routing)) for start, routing in
             (n.plan(layer, lv.model.cfg) for n in rt.neighbours(settings, 5))]
     assert len(keys) == 4 and keys[0][2].routing == RoutingOverride(top_k=17, use_bias=True)
@@ -105,13 +106,13 @@ def _prefetch_checks(lv, ids, pf):
     assert [n for n, _ in built] == rt.neighbours(settings, 5)
     assert all(run is ready[k] for (_, run), k in zip(built, keys))
     # what the page asks for next is the prefetched run itself, and it equals a full forward with the routing
-    up = rt.rerouted(ids, layer, rt.normalise(rt.Rerouting(top_k=17), lv.model.cfg)[0])
+    up = rerouted(ids, layer, rt.normalise(rt.Rerouting(top_k=17), lv.model.cfg)[0])
     assert up is ready[keys[0]] and not pf.ready(keys[0])
     ov = keys[0][2].routing                                    # from the viewed layer on
     with torch.inference_mode():
         full = lv.model(torch.tensor([ids]), routing={m: ov for m in lv.model.cfg.moe_layers if m >= layer})
     assert torch.equal(up.logits, full.logits)
-    knocked = rt.rerouted(ids, layer, rt.normalise(rt.Rerouting(knocked_out=(5,)), lv.model.cfg)[0])
+    knocked = rerouted(ids, layer, rt.normalise(rt.Rerouting(knocked_out=(5,)), lv.model.cfg)[0])
     assert knocked is ready[keys[3]]
     # never beside a session's computation: while one runs (and for IDLE_S after), the wish waits
     other = (ids, 70, RunOptions(RoutingOverride(top_k=9)))

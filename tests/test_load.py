@@ -67,17 +67,19 @@ def expected():
     """The experts each session's grid must outline, from the app's own functions in this process."""
     from app import routing as rt
     from app.live import forward, live, prepare_prompt
+    from app.routing_cache import rerouted
+    from app.text import chip_label
     lv = live()
     out = []
     for text, layer, k, token in SESSIONS:
         prompt = prepare_prompt(text, lv.tokenizer)
-        labels = [rt.chip_label(p) for p in prompt.pieces]
+        labels = [chip_label(p) for p in prompt.pieces]
         assert labels.count(labels[token]) == 1, (   # see test_token_chip_stays_put_when_top_k_moves
             f"pick a token whose chip label is unique in {text!r}: {labels}")
         settings, _ = rt.normalise(rt.Rerouting(top_k=k), lv.model.cfg)
-        run = rt.rerouted(prompt.ids, layer, settings) or forward(prompt.ids)
+        run = rerouted(prompt.ids, layer, settings) or forward(prompt.ids)
         settings2, _ = rt.normalise(rt.Rerouting(top_k=k - 1), lv.model.cfg)
-        run2 = rt.rerouted(prompt.ids, layer, settings2) or forward(prompt.ids)
+        run2 = rerouted(prompt.ids, layer, settings2) or forward(prompt.ids)
         out.append((sorted(rt.chosen_at(run, layer, token)), sorted(rt.chosen_at(run2, layer, token))))
     return out
 

@@ -1,12 +1,15 @@
-"""Quantization lab data and charts (app/quant_lab.py, app/charts/quant_lab.py): grids and block scales
-against ARCHITECTURE.md section 7's worked examples, layer scales and errors, and behaviour metrics
-from real forward passes of small models (change the quantisation and the numbers change)."""
+"""Quantization lab data and charts (app/quant_blocks.py, app/quant_weights.py, app/quant_behaviour.py,
+app/charts/quant_lab.py): grids and block scales against ARCHITECTURE.md section 7's worked examples, layer scales
+and errors, and behaviour metrics from real forward passes of small models (change the quantisation and the numbers
+change)."""
 import numpy as np
 import pandas as pd
 import pytest
 import torch
 
-from app import quant_lab as ql
+from app import quant_behaviour as behaviour
+from app import quant_blocks as blocks
+from app import quant_weights as weights
 from app.charts import quant_lab as charts
 from model.config import K3Config
 from model.k3 import K3Model
@@ -16,14 +19,14 @@ E2M1 = [0, 0.5, 1, 1.5, 2, 3, 4, 6]
 
 
 def test_e2m1_grid_and_bits():
-    g = ql.grid_frame("e2m1")
+    g = blocks.grid_frame("e2m1")
     assert g["value"].tolist() == E2M1
     assert g["bits"].tolist() == ["0 00 0", "0 00 1", "0 01 0", "0 01 1", "0 10 0", "0 10 1", "0 11 0", "0 11 1"]
     assert g["kind"].tolist() == ["zero", "subnormal"] + ["normal"] * 6
 
 
 def test_e4m3_grid():
-    g = ql.grid_frame("e4m3")
+    g = blocks.grid_frame("e4m3")
     assert len(g) == 127                               # 128 codes with sign 0, minus S.1111.111 (NaN)
     assert g["value"].iloc[1] == 2.0 ** -9             # smallest subnormal: 1/8 x 2^-6
     assert g["value"].iloc[8] == 2.0 ** -6             # smallest normal
@@ -36,30 +39,30 @@ def test_e4m3_grid():
 
 @pytest.mark.parametrize("fmt", ["e2m1", "e4m3"])
 def test_worked_examples_of_architecture_md(fmt):
-    values, X, want = ql.EXAMPLES[fmt]
-    s = ql.explain_block(values, fmt)
+    values, X, want = blocks.EXAMPLES[fmt]
+    s = blocks.explain_block(values, fmt)
     assert s.X == X                                    # e2m1: 7.9 -> floor(log2) 2 - emax 2 = 0; e4m3: 9 - 8 = 1
     assert s.dequantised.tolist() == want
     assert s.floor_log2 - s.emax == s.scale_exp
-    assert np.all(np.isin(np.abs(s.grid), ql.grid_frame(fmt)["value"].to_numpy()))   # P is on the grid
+    assert np.all(np.isin(np.abs(s.grid), blocks.grid_frame(fmt)["value"].to_numpy()))   # P is on the grid
 
 
 def test_block_scale_follows_amax():
     # amax 0.07 -> floor(log2 0.07) = -4 -> E = -6 (E2M1), -12 (E4M3)
     v = [0.07, -0.01, 0.002] + [0.0] * 29
-    assert ql.explain_block(v, "e2m1").scale_exp == -6
-    assert ql.explain_block(v, "e4m3").scale_exp == -12
+    assert blocks.explain_block(v, "e2m1").scale_exp == -6
+    assert blocks.explain_block(v, "e4m3").scale_exp == -12
     assert block_scale_exponents(torch.tensor(v), "e2m1").tolist() == [-6]
-    z = ql.explain_block([0.0] * 32, "e2m1")
+    z = blocks.explain_block([0.0] * 32, "e2m1")
     assert z.floor_log2 is None and np.all(z.dequantised == 0)
     with pytest.raises(ValueError):
-        ql.explain_block([1.0] * 33, "e2m1")
+        blocks.explain_block([1.0] * 33, "e2m1")
     with pytest.raises(ValueError):
-        ql.explain_block([np.nan], "e2m1")
+        blocks.explain_block([np.nan], "e2m1")
 
 
 def test_codes_of_the_worked_example():
-    codes = ql.e2m1_codes(ql.EXAMPLES["e2m1"][0])
+    codes = blocks.e2m1_codes(blocks.EXAMPLES["e2m1"][0])
     assert codes[:3] == ["0 00 0", "1 00 0", "0 00 1"]          # 0.1 -> 0, -0.25 -> -0, 0.3 -> 0.5
     assert codes[-1] == "0 11 1" and codes[-2] == "1 11 0"      # 7.9 -> 6, -3.7 -> -4
 
@@ -72,7 +75,7 @@ def wide_micro():
     g = torch.Generator().manual_seed(0)
     with torch.no_grad():                                   # experts stored as MXFP4, as the shipped checkpoint
         for moe in model.moe_layers():
-            for name in ql.MATRICES:
+            for name in weights.MATRICES:
                 p = getattr(moe, name)
                 # blocks of 32 at different sizes (trained weights are not uniform), then MXFP4
                 size = 2.0 ** torch.randint(-3, 4, (p.numel() // 32, 1), generator=g)
@@ -87,41 +90,41 @@ def model():
 
 
 def test_layer_scales_and_errors(model):
-    s = ql.layer_scale_exponents(model, 1)
-    assert set(s["matrix"]) == set(ql.MATRICES)
+    s = weights.layer_scale_exponents(model, 1)
+    assert set(s["matrix"]) == set(weights.MATRICES)
     assert s.groupby("matrix")["blocks"].sum().tolist() == [16 * 4] * 3          # 16 experts x 4 blocks each
-    e = ql.layer_errors(model, 1).set_index("tensor")
+    e = weights.layer_errors(model, 1).set_index("tensor")
     routed = e[e["stored as"] == "MXFP4"]
     assert len(routed) == 3
     assert (routed["MXFP4, blocks of 32"] == 0).all() and (routed["MXFP8, blocks of 32"] == 0).all()
     assert (routed["MXFP4, blocks of 128"] > 0).all()                            # coarser scales lose levels
     bf16 = e[e["stored as"] == "bf16"]
     assert "router" in bf16.index and (bf16["MXFP4, blocks of 32"] > bf16["MXFP8, blocks of 32"]).all()
-    assert ql.experts_already_mxfp4(model, 1)
-    assert not ql.experts_already_mxfp4(K3Model(K3Config.micro()).eval(), 1)
+    assert weights.experts_already_mxfp4(model, 1)
+    assert not weights.experts_already_mxfp4(K3Model(K3Config.micro()).eval(), 1)
 
 
 def test_variant_tensors_touch_only_their_part(model):
-    assert ql.variant_tensors(model, "act") == {}
-    router = ql.variant_tensors(model, "router")
+    assert behaviour.variant_tensors(model, "act") == {}
+    router = behaviour.variant_tensors(model, "router")
     assert router and all(k.endswith("ffn.router.weight") for k in router)
-    coarse = ql.variant_tensors(model, "coarse")
+    coarse = behaviour.variant_tensors(model, "coarse")
     assert coarse and all(k.endswith(("w_gate", "w_up", "w_down")) for k in coarse)
-    everything = ql.variant_tensors(model, "all")
+    everything = behaviour.variant_tensors(model, "all")
     assert "head.weight" in everything and "embed.weight" not in everything
     assert not any(k.endswith(("w_gate", "w_up", "w_down")) and ".shared." not in k for k in everything)
     with pytest.raises(ValueError):
-        ql.variant_tensors(model, "fp2")
+        behaviour.variant_tensors(model, "fp2")
 
 
 def test_behaviour_changes_with_the_quantisation_and_not_without(model):
     before = {k: v.clone() for k, v in model.state_dict().items()}
     ids = torch.randint(0, model.cfg.vocab_size, (2, 16), generator=torch.Generator().manual_seed(1))
-    ref = ql.run(model, ids, None)
-    same = ql.compare(ref, ql.run(model, ids, None))
+    ref = behaviour.run(model, ids, None)
+    same = behaviour.compare(ref, behaviour.run(model, ids, None))
     assert same.kl_mean == 0 and same.top1 == 1 and same.changed == 0
-    for variant in ql.VARIANTS:
-        c = ql.compare(ref, ql.run(model, ids, variant))
+    for variant in behaviour.VARIANTS:
+        c = behaviour.compare(ref, behaviour.run(model, ids, variant))
         assert c.kl_mean > 0, variant                       # a real forward with different numbers
         assert 0 <= c.top1 <= 1 and 0 <= c.changed <= 1
         assert len(c.per_layer) == len(model.cfg.moe_layers)
@@ -133,9 +136,9 @@ def test_behaviour_changes_with_the_quantisation_and_not_without(model):
 
 def test_compare_counts_changed_choices_by_hand():
     logp = np.log(np.full((1, 2, 4), 0.25))
-    a = ql.Behaviour(logp, np.array([[[[0, 1], [2, 3]]]]), (1,))
-    b = ql.Behaviour(logp, np.array([[[[1, 0], [2, 0]]]]), (1,))                # token 0 same set, token 1 one swap
-    c = ql.compare(a, b)
+    a = behaviour.Behaviour(logp, np.array([[[[0, 1], [2, 3]]]]), (1,))
+    b = behaviour.Behaviour(logp, np.array([[[[1, 0], [2, 0]]]]), (1,))                # token 0 same set, token 1 one swap
+    c = behaviour.compare(a, b)
     assert c.per_layer["changed"].tolist() == [0.25]
     assert c.kl_mean == 0
 
@@ -144,17 +147,17 @@ def test_heldout_ids_shape():
     class Tok:
         def encode(self, text):
             return list(range(len(text)))
-    ids = ql.heldout_ids(Tok(), rows=2, chunk=128)
+    ids = behaviour.heldout_ids(Tok(), rows=2, chunk=128)
     assert ids.shape == (2, 128)
 
 
 def test_k3_bytes_table_and_summary():
-    t = ql.k3_bytes_table().set_index("component")
+    t = weights.k3_bytes_table().set_index("component")
     assert t.loc["routed experts", "bits per value"] == 4.25
     assert t.loc["routed experts", "bytes, K3"] == pytest.approx(2722.74e9 * 4.25 / 8, rel=1e-5)
     assert t.loc["router", "K3 stores it as"].startswith("bf16 (published")
     assert t.loc["embedding", "K3 stores it as"] == "bf16 (assumed)"
-    s = ql.k3_bytes_summary()
+    s = weights.k3_bytes_summary()
     assert s["bf16"] / s["k3"] == pytest.approx(5559.0 / 1559.9, rel=1e-3)
 
 
@@ -165,7 +168,7 @@ def layers_of(spec):
 
 
 def test_grids_spec_shows_every_value_with_its_bits():
-    spec = charts.grids_spec(ql.grid_frame("e2m1"), ql.grid_frame("e4m3"), "dark")
+    spec = charts.grids_spec(blocks.grid_frame("e2m1"), blocks.grid_frame("e4m3"), "dark")
     assert spec["usermeta"]["chart"] == "quant_grids"
     small, wide = spec["datasets"]["e2m1"], spec["datasets"]["e4m3"]
     # 15 distinct E2M1 values: ±0.5 ... ±6 and one 0 (the 16th code, -0, is the same value)
@@ -193,9 +196,9 @@ def test_grids_spec_shows_every_value_with_its_bits():
 
 
 def test_block_spec_of_the_worked_example():
-    values, X, want = ql.EXAMPLES["e2m1"]
-    steps = ql.explain_block(values, "e2m1")
-    spec = charts.block_spec(ql.block_table(steps), steps.X, np.array(E2M1))
+    values, X, want = blocks.EXAMPLES["e2m1"]
+    steps = blocks.explain_block(values, "e2m1")
+    spec = charts.block_spec(blocks.block_table(steps), steps.X, np.array(E2M1))
     points = spec["datasets"]["values"]
     after = points[points["series"] == "after: X · P"].sort_values("element")
     before = points[points["series"] == "before: V"].sort_values("element")
@@ -212,18 +215,18 @@ def test_block_spec_of_the_worked_example():
     strokes = dots["encoding"]["stroke"]["scale"]
     assert dict(zip(strokes["domain"], strokes["range"]))["after: X · P"] == "#D55E00"     # red diamonds
     # MXFP8 has no level lines (255 of them would hide the points)
-    s8 = ql.explain_block(ql.EXAMPLES["e4m3"][0], "e4m3")
-    spec8 = charts.block_spec(ql.block_table(s8), s8.X)
+    s8 = blocks.explain_block(blocks.EXAMPLES["e4m3"][0], "e4m3")
+    spec8 = charts.block_spec(blocks.block_table(s8), s8.X)
     assert "levels" not in spec8["datasets"] and len(layers_of(spec8)) == 2
     assert sorted(spec8["datasets"]["values"].query("series == 'after: X · P'")["value"]) == \
-        sorted(ql.EXAMPLES["e4m3"][2])
+        sorted(blocks.EXAMPLES["e4m3"][2])
 
 
 def test_scales_spec_counts_every_block():
     model = wide_micro()
-    spec = charts.scales_spec(ql.layer_scale_exponents(model, 1))
+    spec = charts.scales_spec(weights.layer_scale_exponents(model, 1))
     d = spec["datasets"]["scales"]
-    assert d.groupby("matrix")["blocks"].sum().to_dict() == {m: 16 * 4 for m in ql.MATRICES}   # 16 experts x 4
+    assert d.groupby("matrix")["blocks"].sum().to_dict() == {m: 16 * 4 for m in weights.MATRICES}   # 16 experts x 4
     # the exponents of blocks sized 2^-3 .. 2^3 apart: a contiguous axis, one bar per matrix in each group
     bars = layers_of(spec)[0]["encoding"]
     domain = bars["x"]["scale"]["domain"]
@@ -237,7 +240,7 @@ def test_scales_spec_counts_every_block():
 
 def test_errors_spec_labels_exact_rows():
     model = wide_micro()
-    e = ql.layer_errors(model, 1)
+    e = weights.layer_errors(model, 1)
     cols = ["MXFP4, blocks of 32", "MXFP4, blocks of 128", "MXFP8, blocks of 32"]
     spec = charts.errors_spec(e, cols)
     d = spec["datasets"]["errors"]
@@ -268,7 +271,7 @@ def test_behaviour_spec_in_percent():
 
 
 def test_k3_bytes_spec_in_terabytes():
-    spec = charts.k3_bytes_spec(ql.k3_bytes_table(), "light")
+    spec = charts.k3_bytes_spec(weights.k3_bytes_table(), "light")
     d = spec["datasets"]["bytes"].set_index(["bar", "part"])
     routed_bf16 = d.loc[("all in bf16", "routed experts")]
     routed_k3 = d.loc[("K3: routed experts MXFP4, rest bf16", "routed experts")]

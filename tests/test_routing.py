@@ -9,6 +9,8 @@ import pytest
 import torch
 
 from app import routing as rt
+from app import routing_cache as cache
+from app import routing_text as words
 from app.charts.routing import (
     CHANGED_SERIES,
     PREDICTION_PANELS,
@@ -20,7 +22,9 @@ from app.charts.routing import (
     grid_spec,
     predictions_spec,
 )
-from app.text import visible
+from app.routing_heldout import expert_on_heldout, heldout_summary
+from app.routing_sparsity import active_params, sparsity
+from app.text import chip_label, chip_labels, token_text, visible
 from model.accounting import count_params
 from model.config import K3Config
 from model.k3 import K3Model, K3Output, RoutingOverride, Trace
@@ -149,7 +153,7 @@ def test_load_classes_are_thirds_of_the_busiest():
     assert grid["load"].sum() == 5 * 16                  # every (token, slot) pair lands on one expert
     import pandas as pd
     loads = np.array([0, 1, 2, 3, 4, 5, 6])
-    assert rt.load_ranges(pd.DataFrame({"load": loads, "load_class": rt.load_classes(loads)})) == \
+    assert words.load_ranges(pd.DataFrame({"load": loads, "load_class": rt.load_classes(loads)})) == \
         "none 0, low 1–2, mid 3–4, high 5–6 tokens"
 
 
@@ -318,12 +322,12 @@ def test_expert_tables(micro):
     col = base.trace.scores(2)[0, :, 5].numpy()
     assert list(df["position"]) == list(np.argsort(-col, kind="stable")[:4])     # counted from 0, as the link
     ids = list(range(3, 63)) * 2                              # 120 tokens
-    h = rt.heldout_summary(model, ids, chunk=32, keep=3, batch=2)
+    h = heldout_summary(model, ids, chunk=32, keep=3, batch=2)
     assert len(h.ids) == 120 and h.layers == (1, 2, 3, 4, 5)
     assert h.top_pos.shape == h.top_prob.shape == h.top_chose.shape == (5, 16, 3)
     assert (np.diff(h.top_prob, axis=2) <= 0).all()
     assert (h.chosen_count.sum(1) == 120 * 4).all()           # each token chose 4 experts per layer
-    table = rt.expert_on_heldout(h, 3, 7, lambda ids: [f"<{i}>" for i in ids])
+    table = expert_on_heldout(h, 3, 7, lambda ids: [f"<{i}>" for i in ids])
     assert len(table) == 3 and table["in context"][0].count("[") == 1
 
 
@@ -332,18 +336,18 @@ def test_expert_tables(micro):
 def test_active_params_follow_k():
     for cfg in (FULL, TINY):
         p = count_params(cfg)
-        assert rt.active_params(cfg, {}) == (p.total, p.active)
-        assert rt.active_params(cfg, {l: cfg.top_k for l in cfg.moe_layers})[1] == p.active
-        dense = rt.active_params(cfg, {l: cfg.n_routed_experts for l in cfg.moe_layers})[1]
+        assert active_params(cfg, {}) == (p.total, p.active)
+        assert active_params(cfg, {l: cfg.top_k for l in cfg.moe_layers})[1] == p.active
+        dense = active_params(cfg, {l: cfg.n_routed_experts for l in cfg.moe_layers})[1]
         assert dense == p.total - cfg.vocab_size * cfg.d_model        # everything but the embedding lookup
-    assert round(rt.active_params(FULL, {})[1] / 1e9, 1) == 104.2
-    sp = rt.sparsity(rt.Rerouting(top_k=8), 46, TINY)
+    assert round(active_params(FULL, {})[1] / 1e9, 1) == 104.2
+    sp = sparsity(rt.Rerouting(top_k=8), 46, TINY)
     assert sp["k"] == 8 and sp["layers"] == 47 and math.isclose(sp["sparsity"], 112)
-    assert sp["full_active"] < rt.active_params(FULL, {})[1]
-    assert rt.sparsity(rt.Rerouting(), 46, TINY)["layers"] == 0
+    assert sp["full_active"] < active_params(FULL, {})[1]
+    assert sparsity(rt.Rerouting(), 46, TINY)["layers"] == 0
     # K3 (Table 1): a shared expert is a GLU of hidden 3,072 on d = 7,168, a routed one on the latent 3,584, so it
     # holds 2 routed experts' weights, and a token at top-16 uses (16 + 2 x 2) / (896 + 2 x 2) of a layer's
-    sp = rt.sparsity(rt.Rerouting(), 46, TINY)
+    sp = sparsity(rt.Rerouting(), 46, TINY)
     assert sp["shared_per_routed_full"] == 2 and (sp["full_width"], sp["latent_width"]) == (7168, 3584)
     assert math.isclose(sp["expert_share_full"], 20 / 900)
 
@@ -353,19 +357,19 @@ def test_active_params_follow_k():
 def test_labels_make_whitespace_visible_and_markup_inert():
     assert visible(" the") == "␣the" and visible("\n") == "↵" and visible("") == "∅"
     assert visible("\u202e") == "⟨U+202E⟩"
-    assert rt.chip_label("<script>") == r"\<script\>"
-    assert rt.chart_label("<b>x</b>") == "<b>x</b>"             # canvas text: shown as typed, never markup
-    assert rt.chart_label("\n" + "x" * 40) == "↵" + "x" * 23 + "…"
-    labels = [rt.chip_label(p) for p in (" ", "\n", "\t", "  ")]
+    assert chip_label("<script>") == r"\<script\>"
+    assert token_text("<b>x</b>") == "<b>x</b>"              # chart text: shown as typed, never markup
+    assert token_text("\n" + "x" * 40) == "↵" + "x" * 23 + "…"
+    labels = [chip_label(p) for p in (" ", "\n", "\t", "  ")]
     assert all(labels) and len(set(labels)) == 4
 
 
 def test_chip_labels_are_distinct_even_when_pieces_repeat():
     pieces = ["a", " b", "a", " b", "a", "<i>"]
-    labels = rt.chip_labels(pieces)
+    labels = chip_labels(pieces)
     assert len(set(labels)) == len(labels)
-    assert labels[0] == rt.chip_label("a")              # a first occurrence is unchanged
-    assert labels[2] == "a (2)" and labels[4] == "a (3)" and labels[3] == rt.chip_label(" b") + " (2)"
+    assert labels[0] == chip_label("a")              # a first occurrence is unchanged
+    assert labels[2] == "a (2)" and labels[4] == "a (3)" and labels[3] == chip_label(" b") + " (2)"
     # no invisible character to come along when a label is copied (zero-width spaces told repeats apart before)
     assert all(ch.isprintable() for lab in labels for ch in lab)
 
@@ -375,7 +379,7 @@ def test_a_piece_of_a_character_says_which_bytes_it_holds():
     from app.live import live, prepare_prompt
     text = "Grüße 日本語 🐱"
     prompt = prepare_prompt(text, live().tokenizer)
-    labels = rt.chip_labels(prompt.pieces)
+    labels = chip_labels(prompt.pieces)
     assert "\ufffd" not in "".join(labels)
     for ch in "üß日本語🐱":                                  # every byte of every character is accounted for
         n = len(ch.encode("utf-8"))
@@ -405,9 +409,9 @@ def test_heldout_soon_starts_the_routing_once_in_the_background(monkeypatch, cap
         calls.append(threading.current_thread().name)
         done.set()
         raise RuntimeError("no model here")          # a failure is logged, never raised into the page
-    monkeypatch.setattr(rt, "heldout", fake)
-    monkeypatch.setitem(rt._SOON, "started", False)
-    assert rt.heldout_soon() is True and rt.heldout_soon() is False
+    monkeypatch.setattr(cache, "heldout", fake)
+    monkeypatch.setitem(cache._SOON, "started", False)
+    assert cache.heldout_soon() is True and cache.heldout_soon() is False
     assert done.wait(10)
     from app import jobs
     assert jobs.settle(timeout=10)
@@ -418,15 +422,17 @@ def test_heldout_soon_starts_the_routing_once_in_the_background(monkeypatch, cap
 def test_the_grid_caption_says_why_an_unchosen_expert_can_be_brighter():
     import pandas as pd
     grid = pd.DataFrame({"prob": [0.9, 0.2, 0.5, 0.1], "chosen": [False, True, True, False]})
-    note = rt.brighter_note(grid)
+    note = words.brighter_note(grid)
     assert "1 unchosen expert is brighter" in note and "bias" in note
-    assert rt.brighter_note(grid.assign(chosen=[True, False, True, False])) == ""     # chosen by probability alone
+    assert words.brighter_note(grid.assign(chosen=[True, False, True, False])) == ""     # chosen by probability alone
 
 
 def test_one_display_of_a_piece_for_chips_tables_and_captions():
     """app.text.token_text (captions) and app.routing.visible (tables, charts) disagreed: " the" kept a plain space
-    in one and showed ␣ in the other, and a zero-width space vanished from captions."""
-    from app.text import token_text
+    in one and showed ␣ in the other, and a zero-width space vanished from captions. Chart labels had a display of
+    their own too, and a chip showed a backtick where a caption showed ˋ."""
     for piece in (" the", "\n", "\t x", "a\u200bb", "  ", ""):
         assert token_text(piece) == visible(piece), piece
     assert token_text("x`y") == "xˋy" and token_text("a\u200bb") == "a⟨U+200B⟩b"
+    for piece in ("x`y", "\n" + "`" * 40, " the"):                 # a chip reads as the caption does
+        assert chip_label(piece) == token_text(piece), piece

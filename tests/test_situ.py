@@ -6,18 +6,9 @@ import numpy as np
 import pytest
 import torch
 
-from app.charts.situ import (
-    chain_spec,
-    derivative_spec,
-    factors_spec,
-    grid_spec,
-    grid_table,
-    histogram_bins,
-    histogram_spec,
-    level_curves,
-    output_spec,
-    output_window,
-)
+from app.charts.situ import curve_table, derivative_spec, factors_spec, output_spec, output_window
+from app.charts.situ_live import chain_spec, histogram_bins, histogram_spec, runs_along
+from app.charts.situ_plane import grid_spec, grid_table, level_curves
 from app.situ import (
     CAP,
     FP8_MAX,
@@ -378,7 +369,6 @@ def test_summary_tables_for_the_page():
 
 
 def test_csv_of_the_curve_charts_has_every_sample():
-    from app.charts.situ import curve_table
     df = curves(10, 3.0)
     out = curve_table(df, "output")
     assert list(out.columns) == ["g", "SwiGLU", "SiTU-GLU"] and len(out) == 2001
@@ -391,7 +381,6 @@ def test_a_line_drawn_on_a_reference_line_is_named_by_its_label():
     # under the line, and be drawn over the variants' lines (with a halo of the page's colour)
     import pandas as pd
 
-    from app.charts.situ import runs_along
     rows = []
     for a, norm, level in (("swiglu", False, 5.0), ("swiglu", True, 300.0), ("situ_glu", False, 99.0),
                            ("situ_glu", True, 40.0)):

@@ -10,7 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from app import glossary, model_card, parallel, quant_lab, routing, situ, tour
+from app import glossary, model_card, parallel, quant_text, routing_text, situ, tour
 from app.layer_data import CITE, LayerData, Read, report_ref
 from app.layer_steps_ffn import moe_steps
 from model.config import K3Config
@@ -38,7 +38,7 @@ def test_e4m3_caption_counts_the_grid():
     # OCP MX v1.0, E4M3: 14 full binades of 8, the top one (256..448) has 7 (S.1111.111 is NaN), 7 subnormals
     assert len(pos) == 14 * 8 + 7 + 7 == 126
     assert ((pos >= 256) & (pos <= 448)).sum() == 7 and (pos < 2.0 ** -6).sum() == 7
-    cap = quant_lab.grids_caption()
+    cap = quant_text.grids_caption()
     assert f"{len(pos)} positive values" in cap
     assert "8 in every power of two from 2⁻⁶ to 2⁷" in cap and "7 in [2⁸, 448]" in cap
     assert "7 subnormals" in cap and "8 subnormals" not in cap
@@ -140,7 +140,7 @@ def test_mxfp8_activation_blocks_in_the_live_instance_and_in_k3():
     row = torch.tensor([[100.0] + [0.3] * (TINY.expert_width - 1)])
     q = mx_fake_quant(row, "e4m3", per_row=True)
     assert torch.equal(q, mx_fake_quant(row, "e4m3", block=TINY.expert_width))   # one scale for the 16
-    note = quant_lab.VARIANT_HOW["act"]
+    note = quant_text.VARIANT_HOW["act"]
     assert f"holds {TINY.expert_width} values" in note and f"hidden row {TINY.expert_hidden}" in note
     assert f"{K3.expert_width // 32} and {K3.expert_hidden // 32} blocks of 32" in note       # 112 and 96
     assert "a scale per 32 values of one token" not in note
@@ -154,10 +154,10 @@ def test_dense_is_every_expert_weighted_by_its_score():
     idx, p, _ = route(s, torch.zeros(896, dtype=torch.float64), 896)
     want = s / s.sum(-1, keepdim=True)
     assert torch.allclose(p, torch.gather(want, -1, idx))
-    assert "weighted by its router score" in routing.DENSE_HELP and "Eq. 13" in routing.DENSE_HELP
-    for path in ("views/routing.py", "app/routing.py"):
+    assert "weighted by its router score" in routing_text.DENSE_HELP and "Eq. 13" in routing_text.DENSE_HELP
+    for path in ("views/routing.py", "app/routing_text.py"):
         assert "dense model of the same total size" not in read(path), path
-    assert "help=rt.DENSE_HELP" in read("views/routing.py")
+    assert "help=words.DENSE_HELP" in read("views/routing.py")
 
 
 # ---- 11. Context 1,048,576: the released config's max_position_embeddings ---------------------------------------
@@ -282,8 +282,12 @@ def test_routing_grid_caption_labels_the_shards_as_the_articles():
     assert least == 11
     note = parallel.shard_note(K3)
     assert "illustration" in note and "names no expert-parallel size" in note and f"at least {least} H200s" in note
-    src = flat(read("views/routing.py"))
-    assert "an 8-device deployment would hold" not in src and "{SHARD_NOTE}" in src
+    import pandas as pd
+    src = flat(read("views/routing.py")) + flat(read("app/routing_text.py"))
+    assert "an 8-device deployment would hold" not in src and "grid_text(grid, layer, colour_by, SHARD_NOTE)" in src
+    grid = pd.DataFrame({"expert": [0, 1], "chosen": [True, False], "prob": [0.6, 0.4], "load": [1, 0],
+                         "load_class": ["high", "idle"]})
+    assert f"{note}." in routing_text.grid_text(grid, 5, "probability", note).caption
 
 
 # ==== Issue 48, "review everything else the same way": the Overview ===============================================

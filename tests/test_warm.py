@@ -33,12 +33,12 @@ def test_the_balancing_lab_default_view_is_what_warming_computed(monkeypatch):
 
 
 def test_the_routing_explorer_held_out_table_is_what_warming_computed(monkeypatch):
-    from app import routing
+    from app import routing_cache
     warm.run([t for t in warm.TASKS if t[1] in (warm._live, warm._heldout)], give_way=False)
 
     def refuse(*a, **k):
         raise AssertionError("the page routed the held-out sample again")
-    monkeypatch.setattr(routing, "heldout_summary", refuse)
+    monkeypatch.setattr(routing_cache, "heldout_summary", refuse)
     at = open_app_page("views/routing.py")
     assert any("Held-out text that scores it highest" in m.value for m in at.markdown)
 
@@ -144,9 +144,9 @@ def test_it_starts_once_and_not_when_turned_off(monkeypatch):
 def test_the_held_out_routing_starts_once_a_page_has_loaded_the_model(monkeypatch):
     """After a page run, once the live model is loaded (and only then, and not with K3_WARM=0), the held-out
     routing starts in the background, without waiting for an idle server as the warm-up's tasks do."""
-    from app import live, routing
+    from app import live, routing_cache
     asked = []
-    monkeypatch.setattr(routing, "heldout_soon", lambda: asked.append(1) or True)
+    monkeypatch.setattr(routing_cache, "heldout_soon", lambda: asked.append(1) or True)
     monkeypatch.setenv("K3_WARM", "1")
     live.live()
     assert live.LOADED.is_set()                                      # set by the load
@@ -208,7 +208,7 @@ def test_a_half_imported_live_module_is_not_ready(monkeypatch):
 
 
 def test_the_warm_up_computes_every_experiment_of_the_quantization_lab():
-    from app.quant_lab import VARIANTS
+    from app.quant_behaviour import VARIANTS
     assert set(warm.QUANT_EXPERIMENTS) == set(VARIANTS)
     names = [name for name, _ in warm.TASKS]
     assert all(any(repr(v) in n for n in names) for v in VARIANTS)

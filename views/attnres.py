@@ -18,8 +18,7 @@ from app.attnres import (
     retrieval,
 )
 from app.charts.attnres import depth_heatmap_spec, retrieval_spec
-from app.routing import chip_labels
-from app.text import fmt_bytes, fmt_int, token_text
+from app.text import chip_labels, fmt_bytes, fmt_int, token_text
 from model.attnres import block_sizes, vectors_alive
 from model.config import K3Config
 

@@ -12,7 +12,7 @@ from app.layer_data import FULL, PART_TITLES, Step, block_of
 from app.layer_steps_ffn import gradient_step
 from app.live import forward, live
 from app.model_card import kept_and_shrunk
-from app.routing import chip_labels
+from app.text import chip_labels
 
 lv = live()
 cfg = lv.model.cfg

@@ -2,7 +2,7 @@
 follows it in the sidebar (app/lessons_ui.py)."""
 import streamlit as st
 
-from app import lessons, state, ui
+from app import lesson_author_ui, lessons, state, ui
 from app.lessons import Lesson
 from app.text import code_span, md_escape
 
@@ -43,7 +43,10 @@ if broken:
                    + (f"\n- … and {len(e.problems) - 20} more" if len(e.problems) > 20 else ""),
                    icon=":material/rule:")
 
-st.subheader("Writing a lesson")
+st.subheader("Write a lesson", anchor="write")
+lesson_author_ui.editor()
+
+st.subheader("The lesson file format")
 st.markdown(
     "A lesson is a TOML file in `lessons/`: a `title`, a `summary` and up to "
     f"{lessons.MAX_STEPS} `[[steps]]`, each with the `page` it opens (its address, such as `routing`), optional "

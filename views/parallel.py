@@ -17,6 +17,7 @@ from app.parallel import (
     fanout,
     ffn_input_of,
     fit_note,
+    process_server_soon,
     run_layer,
     shard_pairs,
     shard_tokens,
@@ -126,11 +127,14 @@ def layer_sections() -> None:
     st.subheader("Run it for real")
     st.markdown(
         "The button writes this MoE layer (router, projections, shared experts, all 896 experts) and your prompt's "
-        "inputs to it to a temporary safetensors file, starts **G separate Python processes** joined by "
+        "inputs to it to a temporary safetensors file, starts **G separate processes** joined by "
         "`torch.distributed` (gloo backend over 127.0.0.1), and each process loads only its own shard of experts. "
+        "The processes are forked from a helper process that has imported torch once, so they start in "
+        "milliseconds instead of the second or two a new Python takes to import torch. "
         "Every process routes its own tokens, sends each (token, expert) pair's latent vector to the expert's process "
         "with `all_to_all_single`, runs its local experts, sends the results back with a second `all_to_all_single`, "
         "and combines them. The gathered output is compared with the same layer run in this one process.")
+    process_server_soon()
     default_run = G if G in RUNNABLE else 8
     c1, c2 = st.columns([3, 2])
     G_run = view.draw(c1.select_slider, "run_g", "Processes", default=default_run,
@@ -145,12 +149,12 @@ def layer_sections() -> None:
             line = st.empty()
 
             def progress(elapsed, finished, stages):
-                status.update(label=f"Running on {G_run} processes: {elapsed:.0f} s, {finished} of {G_run} finished")
+                status.update(label=f"Running on {G_run} processes: {elapsed:.1f} s, {finished} of {G_run} finished")
                 line.caption(" · ".join(md_escape(s, 60) for s in stages))
 
             try:
                 results[key] = run_layer(lv.model, x, layer, G_run, assign, progress=progress)
-                status.update(label=f"Done: {G_run} processes in {results[key].seconds_total:.1f} s", state="complete",
+                status.update(label=f"Done: {G_run} processes in {results[key].seconds_total:.2f} s", state="complete",
                               expanded=False)
             except LaunchError as e:
                 status.update(label="The processes could not complete the run", state="error", expanded=True)
@@ -167,8 +171,10 @@ def layer_sections() -> None:
         c1, c2, c3 = st.columns(3)
         c1.metric("Layer time, slowest rank", f"{r.seconds_layer * 1e3:.1f} ms", help="Measured between two barriers: "
                   "route, dispatch, experts, combine.")
-        c2.metric("Wall time with process start", f"{r.seconds_total:.1f} s", help="Mostly starting Python and "
-                  "importing torch in every process.")
+        c2.metric("Wall time with process start", f"{r.seconds_total:.2f} s",
+                  help="From starting the processes to their exit: forking them, joining the group, loading the "
+                  "shards, the layer, rank 0's single-process check." if r.forked else "Mostly starting Python and "
+                  "importing torch in every process (the helper process that forks them could not start).")
         sent = int(r.ranks["bytes sent: dispatch"].sum() + r.ranks["bytes sent: combine"].sum())
         c3.metric("Bytes sent, all ranks", f"{sent:,}")
         ui.vega_chart(rank_bytes_spec(r.ranks),
@@ -178,7 +184,8 @@ def layer_sections() -> None:
                       alt="Stacked bar chart of bytes sent per rank, dispatch and combine.", key="ep_rank_bytes")
         ui.table(r.ranks, {"layer time (ms)": ".2f"})
     else:
-        st.caption("Nothing run yet for these settings. A run takes about 5–30 s here, mostly process start-up.")
+        st.caption("Nothing run yet for these settings. A run takes under a second here (a few seconds more the "
+                   "first time, if the helper process has not started yet).")
     # drawn only while open (opening it reruns the page): st.code's highlighter costs ~0.4 s of every page load
     torchrun = st.expander("The same code across machines (torchrun)", key="ep_torchrun", on_change="rerun")
     if torchrun.open:

@@ -14,14 +14,17 @@ from typing import Any
 
 import streamlit as st
 
+from app import lessons_ui, state, ui
 from app import routing as rt
-from app import state, ui
+from app import routing_text as words
 from app.assets import AssetError
 from app.charts.routing import fingerprint_table
 from app.live import forward, live
 from app.parallel import shard_note
+from app.routing_cache import heldout, heldout_ready, heldout_soon, heldout_table, layer_run, prefetch_neighbours
+from app.routing_sparsity import sparsity
 from app.routing_view import build_ahead, layer_ahead, layer_view_of, marks_of, run_view
-from app.text import fmt_params, md_escape
+from app.text import chip_label, chip_labels, md_escape
 
 lv = live()
 cfg = lv.model.cfg
@@ -50,7 +53,7 @@ view = state.page(
     state.Flag("play", False, "play", link=False),
 )
 if view["layer"] > 0:           # the expert panel's held-out table comes last: routed meanwhile, while the page draws
-    rt.heldout_soon()
+    heldout_soon()
 prompt = ui.prompt_input(view)
 if prompt is None:
     st.stop()
@@ -131,21 +134,12 @@ def grid_clicked() -> None:
         view.set("expert", clicked)
 
 
-def layer_run(prompt, layer: int, settings: rt.Rerouting):
-    """(plan, base forward, the forward shown): the re-routed run when the settings change this layer on."""
-    base = forward(prompt.ids)
-    plan = settings.plan(layer, cfg)
-    if plan is None:
-        return None, base, base
-    return plan, base, rt.rerouted(prompt.ids, layer, settings)     # its spinner, while it computes: app.live
-
-
 @st.fragment(key=EXPLORER)
 def explorer(prompt) -> None:
     """The token chips and the re-routing panel's list controls, and the results inside (everything that follows
     the token and the re-routing)."""
     T = len(prompt.ids)
-    chips = rt.chip_labels(prompt.pieces)
+    chips = chip_labels(prompt.pieces)
     ui.token_index(view, prompt.ids, st.pills, "Token: click one to follow it through the layers", list(range(T)),
                    format_func=chips.__getitem__, help=ui.TOKEN_HELP, on_change=token_moved)
     nav = st.container()                                  # the layer's controls (the layer view's)
@@ -153,7 +147,7 @@ def explorer(prompt) -> None:
     with right:
         with st.container(border=True):
             st.markdown("**Re-route the model**")
-            view.draw(st.toggle, "dense", "Dense: light every expert", help=rt.DENSE_HELP)
+            view.draw(st.toggle, "dense", "Dense: light every expert", help=words.DENSE_HELP)
             routing_top = st.container()                      # top-k and the bias (the results')
             view.draw_ids("ko", f"Knock out experts (ids 0–{E - 1})", placeholder="e.g. 12, 40; or click a square "
                           "and use the panel below", help="ids separated by commas or spaces; Enter applies")
@@ -211,65 +205,46 @@ def results(prompt, boxes: Boxes) -> None:
         for n in notes:
             st.warning(n, icon=":material/rule:")
 
-    sp = rt.sparsity(settings, layer, cfg)
+    cards = words.sparsity_cards(sparsity(settings, layer, cfg))
     with boxes.sparsity:
         st.markdown("**Sparsity with these settings** (computed by the parameter accounting)")
         c_k, c_w, c_a = st.columns(3, gap="medium")
-    with c_k:
-        st.metric("Experts per token", f"{sp['k']} of {E}", help="routed experts a token visits in one layer")
-        st.caption(f"{sp['routed_share']:.1%} of the routed experts: sparsity {sp['sparsity']:.1f}x")
-    with c_w:
-        st.metric("Expert weights used", f"{sp['expert_share_live']:.1%}",
-                  help="per MoE layer, by weight: the weights of the k routed and 2 shared experts a token uses over "
-                       "those of all 896 routed and 2 shared experts. A shared expert works on the full-width token "
-                       f"({sp['full_width']:,} in K3), a routed one in the latent space ({sp['latent_width']:,}), so a "
-                       f"shared expert holds {sp['shared_per_routed_full']:g}x a routed expert's weights (the live "
-                       "instance keeps the same ratio).")
-        st.caption(f"per layer, live instance; {sp['expert_share_full']:.1%} at K3 scale")
-    with c_a:
-        st.metric("Active parameters per token at K3 scale", fmt_params(sp["full_active"]),
-                  help=f"K3's accounting with k = {sp['k']} in the {sp['layers']} layers this change applies to "
-                       "and 16 elsewhere.")
-        st.caption(f"{sp['full_active'] / sp['full_total']:.1%} of {fmt_params(sp['full_total'])} (published at "
-                   f"top-16: 104.2B of 2.78T, K3 report Table 1). Live instance: {fmt_params(sp['live_active'])} of "
-                   f"{fmt_params(sp['live_total'])} ({sp['live_active'] / sp['live_total']:.1%}); k = {sp['k']} in "
-                   f"{sp['layers']} re-routed layer{'' if sp['layers'] == 1 else 's'}.")
-    boxes.shares.caption(f"Three shares, three questions: {sp['routed_share']:.1%} of the routed experts of one "
-                         f"layer ({sp['k']} of {E}); {sp['expert_share_full']:.1%} of one K3 layer's expert weights "
-                         f"(routed and shared together); {sp['full_active'] / sp['full_total']:.1%} of all K3's "
-                         "parameters (attention, shared experts and the head always run; the embedding is a lookup).")
+    for col, label, (value, help_, caption) in ((c_k, "Experts per token", cards.experts),
+                                                (c_w, "Expert weights used", cards.weights),
+                                                (c_a, "Active parameters per token at K3 scale", cards.active)):
+        with col:
+            st.metric(label, value, help=help_)
+            st.caption(caption)
+    boxes.shares.caption(cards.shares)
 
-    plan, base, run = layer_run(prompt, layer, settings)
+    plan, base, run = layer_run(prompt.ids, layer, settings)
     with boxes.outcome:
         st.subheader("What the re-routing changed")
         c_changed, c_pred = st.columns(2, gap="medium")
         with c_changed:                    # always the chart (kept in the browser), empty until something changes
             if plan is None:
-                no_layer = settings.override(cfg) is not None
-                note = "Your change applies to no layer here" if no_layer else "Nothing is re-routed yet"
-                caption = ("Your change applies to no layer: layer 0 is dense and has no router. Pick a layer from 1 "
-                           "to 92, or apply the change to this layer and every later one." if no_layer else
-                           "Nothing is re-routed yet: change top-k, turn the bias off, knock out or force an expert, "
-                           "or go dense, and this shows how many of the token's experts change in each later layer.")
+                note, caption = words.unchanged_note(settings.override(cfg) is not None)
                 start = LAST + 1                                              # no rows
             else:
                 note, start = None, plan[0]
 
             rv = run_view(base, run, token, start, note, st.context.theme.type, plan is not None)
             if plan is not None:
-                caption = rt.changed_caption(rv.diff, plan[0], scope)
+                caption = words.changed_caption(rv.diff, plan[0], scope)
+            # what a lesson's question may be read from: this student's own re-routing of their own sentence
+            lessons_ui.publish("rerouted_layers", words.rerouted_layers(rv.diff) if plan is not None else 0)
             ui.vega_chart(rv.changed, caption,
                           alt="Bar chart of changed expert choices per layer for the chosen token.", key="routing_changed")
         with c_pred:
             ui.vega_chart(rv.predictions,
-                          f"The live model's five most likely next tokens after “{rt.chip_label(piece)}”, with the model's "
+                          f"The live model's five most likely next tokens after “{chip_label(piece)}”, with the model's "
                           "own routing (left) and with your re-routing (right"
                           + (")." if plan is not None else ": the same until you change the routing)."),
                           alt="Two bar charts of the top-5 next-token probabilities before and after re-routing.",
                           key="routing_predictions")
 
     with boxes.fingerprint:
-        st.subheader(f"The routing fingerprint of “{rt.chip_label(piece)}”")
+        st.subheader(f"The routing fingerprint of “{chip_label(piece)}”")
         # the spec only (its image is ~0.2 MB); the CSV's numbers are read again from the run if asked for
         ui.vega_chart(rv.fingerprint,
                       f"Each row is one of the {len(cfg.moe_layers)} mixture-of-experts layers, each column one of the {E} "
@@ -307,7 +282,7 @@ def layer_view(prompt, token: int, settings: rt.Rerouting, nav, left, below):
                                   format_func={"probability": "probability", "load": "load"}.get,
                                   help="the router's probability for this token, or how many tokens of "
                                        "the whole prompt chose each expert")
-        plan, base, run = layer_run(prompt, layer, settings)         # its spinner under the layer's controls
+        plan, base, run = layer_run(prompt.ids, layer, settings)     # its spinner under the layer's controls
 
     grid = expert = None
     with left:
@@ -318,23 +293,11 @@ def layer_view(prompt, token: int, settings: rt.Rerouting, nav, left, below):
         else:
             lv_ = layer_view_of(prompt, run, layer, token, marks_of(settings, layer), colour_by, view.get("expert"))
             grid, expert = lv_.grid, lv_.expert
-            n_chosen = int(grid["chosen"].sum())
-            chosen = sorted(int(e) for e in grid.loc[grid["chosen"], "expert"])
-            st.container(key="routing_grid_title").markdown(f"**Layer {layer}: the experts of “{rt.chip_label(piece)}”**")
-            ui.vega_chart(lv_.grid_spec,
-                          f"Each square is one routed expert, 28 per row; each band of 4 rows holds 112 experts (shard 0 "
-                          f"holds experts 0–111, shard 1 112–223, …). {SHARD_NOTE}. The {n_chosen} outlined, glowing squares "
-                          "are the experts this token uses here"
-                          + (f" (colour: the router's probability for this token{rt.brighter_note(grid)})."
-                             if colour_by == "probability" else
-                             f" (colour: how many tokens of the whole prompt chose each expert: {rt.load_ranges(grid)}).")
-                          + " Crossed: knocked out; ringed: the expert in the panel below. Point at a square for its "
-                            "numbers; click one to open it in the panel.",
-                          alt=f"Grid of {E} experts at layer {layer}, {n_chosen} chosen for the selected token.",
-                          key="routing_grid", on_select=grid_clicked, selection_mode="pick")
-            st.container(key="routing_grid_chosen").caption(
-                f"This token's {n_chosen} experts here: " + ", ".join(map(str, chosen[:rt.MAX_LISTED]))
-                + (f" and {n_chosen - rt.MAX_LISTED} more." if n_chosen > rt.MAX_LISTED else "."))
+            said = words.grid_text(grid, layer, colour_by, SHARD_NOTE)
+            st.container(key="routing_grid_title").markdown(f"**Layer {layer}: the experts of “{chip_label(piece)}”**")
+            ui.vega_chart(lv_.grid_spec, said.caption, alt=said.alt, key="routing_grid", on_select=grid_clicked,
+                          selection_mode="pick")
+            st.container(key="routing_grid_chosen").caption(said.chosen)
 
     held_slot = None
     with below:
@@ -351,15 +314,7 @@ def layer_view(prompt, token: int, settings: rt.Rerouting, nav, left, below):
             st.subheader(f"Expert {expert} at layer {layer}")
             view.draw_number("expert", f"Expert in the panel, 0–{E - 1} (or click a square in the grid)",
                              value=expert)      # the token's first expert here, until one is picked
-            row = grid.iloc[expert]
-            n_chosen = int(grid["chosen"].sum())
-            if row["chosen"]:
-                line = (f"This token chose it (slot {row['slot'] + 1} of {n_chosen}) with output weight "
-                        f"{row['weight']:.4f}; router probability {row['prob']:.4f}.")
-            else:
-                line = ("This token did not choose it" + (": it is knocked out" if row["status"] == "knocked out" else "")
-                        + f"; it ranks {row['rank']} of {E} by biased score.")
-            st.markdown(f"Shard {row['shard']}. {line} {row['load']} of the prompt's {T} tokens chose it here.")
+            st.markdown(words.expert_line(grid, expert, T))
             with st.container(horizontal=True):          # one block, where columns would be five
                 st.button(f"Knock out {expert}", key="routing_knock", on_click=knock_out, args=(expert,),
                           disabled=expert in settings.knocked_out, icon=":material/block:")
@@ -382,26 +337,24 @@ def layer_view(prompt, token: int, settings: rt.Rerouting, nav, left, below):
     if layer > 0 and not view["play"] and plan is None:
         picked, theme = view.get("expert"), st.context.theme.type
         near = [layer_ahead(prompt, token, n, colour_by, picked) for n in (layer + 1, layer - 1) if 1 <= n <= LAST]
-        rt.prefetch_neighbours(prompt.ids, layer, settings, expert,
+        prefetch_neighbours(prompt.ids, layer, settings, expert,
                                then=build_ahead(prompt, token, layer, colour_by, picked, theme),
                                first=near[:1], last=near[1:])
 
     if held_slot is not None:                       # last: it waits for the held-out routing on a fresh server
         with held_slot.container():
             try:
-                if rt.heldout_ready():
-                    held = rt.heldout()
+                if heldout_ready():
+                    held = heldout()
                 else:
                     with st.spinner("Routing the held-out sample once (about 1,000 tokens, a few seconds)…"):
-                        held = rt.heldout()
+                        held = heldout()
             except AssetError as e:                 # the rest of the page does not need it
                 held = None
                 st.caption(f":material/block: The held-out text is unavailable: {md_escape(str(e), 200)}.")
             if held is not None:
-                i = held.layers.index(layer)
-                st.markdown(f"**Held-out text that scores it highest** (chosen by {held.chosen_count[i, expert]} of "
-                            f"{len(held.ids)} tokens here)")
-                st.markdown(rt.heldout_table(layer, expert))
+                st.markdown(words.heldout_heading(held, layer, expert))
+                st.markdown(heldout_table(layer, expert))
     if view["play"]:
         time.sleep(1.0)
         if layer < LAST:

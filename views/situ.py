@@ -3,18 +3,11 @@ import math
 
 import streamlit as st
 
+from app import export, state, ui
 from app import live as lv_mod
-from app import state, ui
-from app.charts.situ import (
-    chain_spec,
-    curve_table,
-    derivative_spec,
-    factors_spec,
-    grid_spec,
-    grid_table,
-    histogram_spec,
-    output_spec,
-)
+from app.charts.situ import curve_table, derivative_spec, factors_spec, output_spec
+from app.charts.situ_live import chain_spec, histogram_spec
+from app.charts.situ_plane import SURFACE_CONFIG, SURFACE_HEIGHT, grid_spec, grid_table, surface_table
 from app.situ import (
     CAP,
     FP8_MAX,
@@ -26,9 +19,11 @@ from app.situ import (
     cached_curves,
     cached_grid,
     cached_hidden,
+    cached_surfaces,
     chain_summary,
     derivative_caption,
     histogram_summary,
+    surface_caption,
     swiglu_crossings,
 )
 from model.config import K3Config
@@ -104,6 +99,27 @@ def curves_section() -> None:
 
 curves_section()
 
+def surfaces(plane: float) -> None:
+    """The 3-D surfaces on the plane's range: plotly (turnable), the page's one figure that is not Vega-Lite."""
+    # drawn only while open (opening it reruns this region): the browser loads and runs plotly's code (4.7 MB) for
+    # the first plotly figure it draws, seconds of main-thread script (docs/PERFORMANCE.md, what a chart costs)
+    box = st.expander("Turn both functions in 3-D: rotatable surfaces of SiTU-GLU and SwiGLU", key="situ_surfaces_open",
+                      on_change="rerun", icon=":material/3d_rotation:")
+    if not box.open:
+        return
+    grid, fig = cached_surfaces(plane, st.context.theme.type)
+    alt = "Rotatable 3-D surfaces of SiTU-GLU and SwiGLU over the same grid of gate and up values."
+    with box:
+        st.plotly_chart(fig, key="situ_surfaces", config=SURFACE_CONFIG, alt=alt,
+                        height=int(SURFACE_HEIGHT * (1.35 if st.session_state.get(ui.K_PRESENT) else 1)))
+        st.caption(surface_caption(grid))
+        st.download_button("Chart data (CSV)", data=lambda: surface_table(grid).to_csv(index=False),
+                           file_name=f"{export.file_stem(alt)}.csv", mime="text/csv", key="csv_situ_surfaces",
+                           on_click="ignore", type="tertiary", icon=":material/download:",
+                           help="the numbers behind this chart: every point of both surfaces; the chart's toolbar "
+                                "(on hover) saves the picture as PNG")
+
+
 @st.fragment
 def plane_section() -> None:
     st.subheader("Both functions over the whole gate × up plane")
@@ -116,6 +132,7 @@ def plane_section() -> None:
                   "corners of large positive g; SwiGLU's contours are hyperbolas g·u ≈ constant, beyond which it keeps growing.",
                   alt="Two heatmaps of SiTU-GLU and SwiGLU over gate and up values, with contours at 100 and 448.",
                   key="situ_grid", table=lambda: grid_table(grid))
+    surfaces(float(plane))
 
 plane_section()
 

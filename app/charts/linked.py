@@ -11,7 +11,7 @@ import pandas as pd
 
 from app import theme
 from app.routing import GRID_COLS
-from app.text import visible
+from app.text import token_text
 
 OI = theme.OKABE_ITO
 CELL = 13                      # px per expert square
@@ -20,7 +20,7 @@ TOKEN_W = 26                   # px per token column
 
 def token_labels(pieces) -> list[str]:
     """Unique labels in prompt order (position first: a piece can repeat)."""
-    return [f"{i} {visible(p)[:8]}" for i, p in enumerate(pieces)]
+    return [f"{i} {token_text(p, 8)}" for i, p in enumerate(pieces)]
 
 
 @lru_cache(maxsize=64)

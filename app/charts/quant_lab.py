@@ -9,10 +9,10 @@ import pandas as pd
 
 from app import theme
 from app.charts.vega import SCHEMA, usermeta
+from app.text import SUPERSCRIPT
 
 MATRIX_COLOURS = {"w_gate": theme.OKABE_ITO["blue"], "w_up": theme.OKABE_ITO["orange"],
                   "w_down": theme.OKABE_ITO["green"]}
-SUPERSCRIPT = str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹")
 
 
 def superscript(n: int) -> str:
