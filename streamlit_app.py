@@ -3,7 +3,7 @@ view, presenter mode), the instance banner and link notices above every page. Em
 shows alone: no navigation and no sidebar."""
 import streamlit as st
 
-from app import classes_ui, lesson_author_ui, lessons_ui, state, ui, warm
+from app import classes_ui, lesson_author_ui, lessons_ui, sidebar, state, ui, warm
 from app.assets import AssetError, LiveUnavailable
 from app.navigation import PAGES
 from app.text import md_escape
@@ -11,7 +11,7 @@ from app.text import md_escape
 ss = st.session_state
 # The sidebar's first state is fixed once per session: set_page_config re-applies a changed value, so
 # switching presenter mode off must not flip it back (that collapsed the sidebar).
-ss.setdefault("_sidebar_start", "collapsed" if ui.presenting_in_link() else "auto")
+ss.setdefault("_sidebar_start", "collapsed" if sidebar.presenting_in_link() else "auto")
 st.set_page_config(page_title="K3 Explorer", page_icon=str(ui.ICON), layout="wide",
                    initial_sidebar_state=ss["_sidebar_start"])
 
@@ -30,8 +30,8 @@ banner = st.container()                     # which live instance runs, when it 
 state.notice_slot(st.container())          # link notices, above the title on every page
 state.check_app_params()
 if embedded:
-    ui.presenter_style()
-    ui.browser_guards()
+    sidebar.presenter_style()
+    sidebar.browser_guards()
     if lessons_ui.in_link():        # the lesson's panel lives in the sidebar, which an embedded page has none of
         state.notice("An embedded view shows one page: a lesson runs in the full app, with its steps in the "
                      "sidebar, so this view leaves out `lesson` and `lesson_step`.")
@@ -42,10 +42,10 @@ else:
         lesson_author_ui.add_view_button(here)
         st.caption("A tiny live instance of Kimi K3's full architecture (93 layers, 896 experts, top-16), "
                    "and the accounting of the real 2.8T model. Not K3's weights.")
-        ui.glossary_lookup()
-        ui.sidebar_controls()
-        ui.share_box()
-        ui.browser_guards()
+        sidebar.glossary_lookup()
+        sidebar.sidebar_controls()
+        sidebar.share_box()
+        sidebar.browser_guards()
 # A session's first page imports its libraries (and on a fresh server loads the model) before it draws anything:
 # say so at once, in the place the page's own heading will take (an empty main area for seconds looked broken).
 # The slot is there on every run (empty after the first), so the page's elements keep their places: a slot on the

@@ -16,9 +16,9 @@ import torch
 from app import claims_architecture  # noqa: F401  (registers the checks of claims 1-8)
 from app.attnres import AFFORDABLE_SOURCE, affordability, sci
 from app.claims_data import CHECKS, CLAIMS, DEEPEP, DEEPEP_SOURCE, Check, Context, Part, check
-from app.moa import cost_table, default_scenario, show, step_bytes
+from app.moe_vs_moa import cost_table, default_scenario, show, step_bytes
 from app.parallel import EXAMPLE_G, H200_MEMORY, expected_fanout, fanout, routed_expert_bytes, routing, shard_pairs
-from app.situ import CAP, grid2d
+from app.situ_glu import CAP, grid2d
 from app.text import SUPERSCRIPT
 from model import cost
 from model.activations import BETA_GATE, BETA_UP

@@ -4,7 +4,7 @@ follows the teacher's step; and the answers sent to the class's store (app/class
 
 The link carries `class` (the code) with `seat` (a student's secret) or `teacher` (the teacher's secret). The
 teacher's secret stays in the link of the Classes page only (a projected address bar elsewhere shows none); the
-session keeps it for the other pages. "Link to this view" leaves all three out (app/ui.py)."""
+session keeps it for the other pages. "Link to this view" leaves all three out (app/sidebar.py)."""
 from __future__ import annotations
 
 import functools

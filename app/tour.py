@@ -4,9 +4,9 @@ The tour follows the sidebar's order (app/navigation.py), which is a teaching or
 follows one token through K3's mixture of experts (routing, then the whole layer around it step by step, then
 balancing the experts' load, then placing the experts on devices, then what runs inside an expert and how its
 weights are stored), then the attention half of each layer and how the layers connect, and ends with the
-comparisons, the claims, the live model's card, the glossary and the lessons. Facts follow docs/ARCHITECTURE.md and
-docs/REFERENCES.md (K3 report, arXiv 2607.24653); every number is computed from the config, the accounting or
-the format tables.
+comparisons, the claims, the live model's card, the glossary, the lessons and classes. Facts follow
+docs/ARCHITECTURE.md and docs/REFERENCES.md (K3 report, arXiv 2607.24653); every number is computed from the
+config, the accounting or the format tables.
 """
 from __future__ import annotations
 
@@ -96,6 +96,9 @@ _WHY = dict((
     ("lessons",
      "A lesson is a shorter path than the guided tour, written for one class: each step opens a page with the view "
      "set, says what to look at and asks a question whose answer is on that view."),
+    ("classes",
+     "With a class, every student types their own sentence into the same model, so one question has as many right "
+     "answers as there are students; the teacher's dashboard shows their spread as it comes in."),
 ))
 
 TOUR: tuple[Stop, ...] = tuple(Stop(spec.url_path, spec.title, _WHY[spec.url_path]) for spec in PAGES

@@ -96,13 +96,13 @@ def _process_server() -> None:
 def _quant_experiment(variant: str) -> Callable[[], None]:
     def task() -> None:
         from app.live import DEFAULT_PRESET, PRESETS, live, prepare_prompt
-        from app.quant_cache import cached_heldout_comparison, cached_prompt_comparison
+        from app.quantization_cache import cached_heldout_comparison, cached_prompt_comparison
         cached_heldout_comparison(variant)
         cached_prompt_comparison(prepare_prompt(PRESETS[DEFAULT_PRESET], live().tokenizer).ids, variant)
     return task
 
 
-# app.quant_behaviour's VARIANTS, named here because importing that module imports torch, which the first page
+# app.quantization_behaviour's VARIANTS, named here because importing that module imports torch, which the first page
 # must not wait for (tests/test_warm.py checks the two agree)
 QUANT_EXPERIMENTS = ("act", "coarse", "router", "all")
 

@@ -76,7 +76,7 @@ def _main_order(at) -> list:
     return seen
 
 
-@pytest.mark.parametrize("path", ["views/glossary.py", "views/claims.py", "views/balance.py", "views/moa.py"])
+@pytest.mark.parametrize("path", ["views/glossary.py", "views/claims.py", "views/balance.py", "views/moe_vs_moa.py"])
 def test_a_link_notice_sits_above_the_title_on_every_page(path):
     # one place for a bad link's notice, whichever page it is on and wherever that page declares its controls
     at = AppTest.from_file(str(ROOT / "streamlit_app.py"), default_timeout=180)

@@ -89,7 +89,7 @@ def test_computed_values_equal_the_accounting(checks):
     r = by[15].values["ratios"]
     assert r["flops"] > 1 and r["cache"] > 1 and r["seconds"] > 1
     # one function, one rounding: claim 15 shows the MoE vs MoA page's own default ratio
-    from app.moa import cost_table, default_scenario
+    from app.moe_vs_moa import cost_table, default_scenario
     table = cost_table(default_scenario())[0].set_index("cost")["ratio"]
     assert r["flops"] == table["FLOPs per answer token"]
     assert f"{table['FLOPs per answer token']:.1f}x" in by[15].computed
@@ -257,7 +257,7 @@ def test_every_claim_cites_the_report_by_equation_and_section():
 
 
 def test_claim_12_shows_the_moe_vs_moa_pages_step_and_deepeps_published_timings(checks):
-    from app.moa import cost_table, default_scenario, show, step_breakdown
+    from app.moe_vs_moa import cost_table, default_scenario, show, step_breakdown
     _, _, by = checks
     c = by[12]
     s = default_scenario()
@@ -270,7 +270,7 @@ def test_claim_12_shows_the_moe_vs_moa_pages_step_and_deepeps_published_timings(
     assert f"{c.values['k3_s'] * 1e3:.1f} ms of weights" in c.computed and "cache" in c.computed
     # the link lands on the section that shows it
     assert c.claim.page == "moe-vs-moa" and c.claim.where == "What one decode step reads"
-    assert f'st.subheader("{c.claim.where}")' in (ROOT / "views" / "moa.py").read_text(encoding="utf-8")
+    assert f'st.subheader("{c.claim.where}")' in (ROOT / "views" / "moe_vs_moa.py").read_text(encoding="utf-8")
     # DeepEP's published low-latency kernels: 77 us dispatch + 114 us combine per layer at EP 8, labelled published
     assert cd.DEEPEP["dispatch_s"] == 77e-6 and cd.DEEPEP["combine_s"] == 114e-6 and cd.DEEPEP["ep"] == 8
     assert c.values["deepep_layer_s"] == pytest.approx(191e-6) and "**77 us**" in c.computed and "**114 us**" in c.computed

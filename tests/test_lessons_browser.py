@@ -68,7 +68,7 @@ def test_write_a_lesson_in_the_app_and_preview_it(server, page):
 
 def test_back_and_forward_after_next_find_each_step_as_it_was(server, page):
     """Next switches the page from the server: the new page's link values arrive while the address still shows the
-    old page, and the old page's history entry must keep its own step (app/ui.py BROWSER_GUARDS_HTML)."""
+    old page, and the old page's history entry must keep its own step (app/sidebar.py BROWSER_GUARDS_HTML)."""
     page.goto(server + "lessons")
     settle(page)
     page.locator(".st-key-lesson-checking-claims").get_by_text("Start this lesson").click()

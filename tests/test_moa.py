@@ -1,45 +1,45 @@
-"""MoE vs Mixture of Agents page data and charts (app/moa.py, app/charts/moa.py)."""
+"""MoE vs Mixture of Agents page data and charts (app/moe_vs_moa.py, app/charts/moe_vs_moa.py)."""
 import numpy as np
 import pytest
 
-from app import moa
-from app.charts import moa as charts
+from app import moe_vs_moa
+from app.charts import moe_vs_moa as charts
 
 
 def test_sizes_and_matching():
-    lo, hi = moa.size_bounds()
+    lo, hi = moe_vs_moa.size_bounds()
     assert lo == 39 and hi == 2780                      # K3's attention + embeddings 38.5B; total 2,779.5B
-    assert moa.matched_size(8) == 347 and moa.matched_size(1) == 2779
-    assert moa.matched_size(64) == 43
-    assert all(lo <= moa.matched_size(n) <= hi for n in moa.N_AGENTS)
+    assert moe_vs_moa.matched_size(8) == 347 and moe_vs_moa.matched_size(1) == 2779
+    assert moe_vs_moa.matched_size(64) == 43
+    assert all(lo <= moe_vs_moa.matched_size(n) <= hi for n in moe_vs_moa.N_AGENTS)
 
 
 def test_scenario_uses_the_chosen_bandwidth_and_precision():
-    s = moa.scenario(8, 347, 32_768, 1_024, 4.8, "bf16")
+    s = moe_vs_moa.scenario(8, 347, 32_768, 1_024, 4.8, "bf16")
     assert s.accel.bandwidth == 4.8e12 and "H200" in s.accel.name and s.agent_bits == 16
-    t = moa.scenario(8, 347, 32_768, 1_024, 9.6, "mxfp4")
+    t = moe_vs_moa.scenario(8, 347, 32_768, 1_024, 9.6, "mxfp4")
     assert t.accel.bandwidth == 9.6e12 and "9.6" in t.accel.name and t.agent_bits == 4.25
 
 
 def test_cost_table_ratios():
-    s = moa.scenario(8, 347, 32_768, 1_024, 4.8, "bf16")
-    table, k3, m = moa.cost_table(s)
+    s = moe_vs_moa.scenario(8, 347, 32_768, 1_024, 4.8, "bf16")
+    table, k3, m = moe_vs_moa.cost_table(s)
     r = table.set_index("cost")["ratio"]
     assert r["Peak cache memory"] == pytest.approx(8.0)
     assert r["Weight memory"] == pytest.approx(8 * 347 * 2 / 1559.94, rel=1e-3)      # bf16 agents vs K3's bytes
     assert r["Time to the full answer"] > 5 and r["FLOPs per answer token"] > 10
     assert k3.flops_per_token == pytest.approx(k3.flops / 1024)
     # halving the agents' bits halves their weight memory
-    half = moa.cost_table(moa.scenario(8, 347, 32_768, 1_024, 4.8, "fp8"))[0].set_index("cost")["ratio"]
+    half = moe_vs_moa.cost_table(moe_vs_moa.scenario(8, 347, 32_768, 1_024, 4.8, "fp8"))[0].set_index("cost")["ratio"]
     assert half["Weight memory"] == pytest.approx(r["Weight memory"] / 2, rel=1e-6)
 
 
 def test_sweep_and_step_breakdown():
-    s = moa.scenario(8, 347, 32_768, 1_024, 4.8, "bf16")
-    sw = moa.context_sweep(s)
-    assert sw["context"].tolist() == moa.CONTEXTS
+    s = moe_vs_moa.scenario(8, 347, 32_768, 1_024, 4.8, "bf16")
+    sw = moe_vs_moa.context_sweep(s)
+    assert sw["context"].tolist() == moe_vs_moa.CONTEXTS
     assert (sw.drop(columns="context") > 1).all().all()
-    b = moa.step_breakdown(s)
+    b = moe_vs_moa.step_breakdown(s)
     assert set(b["model"]) == {"Kimi K3", "one agent (347B)"}
     k3w = b[(b["model"] == "Kimi K3") & (b["part"] == "active weights")]["bytes"].item()
     assert k3w / 1e9 == pytest.approx(136.97, abs=0.01)
@@ -47,18 +47,18 @@ def test_sweep_and_step_breakdown():
 
 
 def test_text_tables():
-    s = moa.scenario(4, 500, 8_192, 256, 4.8, "bf16")
-    table, k3, m = moa.cost_table(s)
-    q = moa.qualitative(s, table, k3, m)
+    s = moe_vs_moa.scenario(4, 500, 8_192, 256, 4.8, "bf16")
+    table, k3, m = moe_vs_moa.cost_table(s)
+    q = moe_vs_moa.qualitative(s, table, k3, m)
     assert q["aspect"].tolist() == ["Differentiability", "Latency", "KV cache", "Compute", "Modularity"]
     assert f"{table.set_index('cost')['ratio']['Peak cache memory']:.1f}x" in q.set_index("aspect").loc["KV cache"].iloc[-1]
-    assert any("4.8 TB/s" in a for a in moa.assumptions(s))
-    assert moa.show(0.0123, "seconds") == "12.3 ms" and moa.show(2.5, "seconds") == "2.5 s"
+    assert any("4.8 TB/s" in a for a in moe_vs_moa.assumptions(s))
+    assert moe_vs_moa.show(0.0123, "seconds") == "12.3 ms" and moe_vs_moa.show(2.5, "seconds") == "2.5 s"
 
 
 def test_cost_chart_panels_carry_the_ratios_and_the_values():
-    s = moa.scenario(8, 347, 32_768, 1_024, 4.8, "bf16")
-    table, _, m = moa.cost_table(s)
+    s = moe_vs_moa.scenario(8, 347, 32_768, 1_024, 4.8, "bf16")
+    table, _, m = moe_vs_moa.cost_table(s)
     spec = charts.costs_spec(table, m.name)
     titles = {p["title"]["text"]: p["title"]["subtitle"] for p in spec["hconcat"]}
     assert list(titles) == ["FLOPs per answer token", "Peak cache memory", "Time to the full answer", "Weight memory"]
@@ -76,8 +76,8 @@ def test_cost_chart_panels_carry_the_ratios_and_the_values():
 
 
 def test_sweep_chart_log_axes_and_reference_lines():
-    s = moa.scenario(8, 347, 32_768, 1_024, 4.8, "bf16")
-    spec = charts.sweep_spec(moa.context_sweep(s), 32_768)
+    s = moe_vs_moa.scenario(8, 347, 32_768, 1_024, 4.8, "bf16")
+    spec = charts.sweep_spec(moe_vs_moa.context_sweep(s), 32_768)
     ratios = spec["datasets"]["ratios"]
     assert len(ratios) == 4 * 11 and sorted(set(ratios["context"])) == [2 ** k for k in range(10, 21)]
     cache = ratios[ratios["ratio of"] == "peak cache"]["ratio"]
@@ -93,8 +93,8 @@ def test_sweep_chart_log_axes_and_reference_lines():
 
 
 def test_step_chart_stacks_weights_and_cache():
-    s = moa.scenario(8, 347, 32_768, 1_024, 4.8, "bf16")
-    spec = charts.step_spec(moa.step_breakdown(s))
+    s = moe_vs_moa.scenario(8, 347, 32_768, 1_024, 4.8, "bf16")
+    spec = charts.step_spec(moe_vs_moa.step_breakdown(s))
     step = spec["datasets"]["step"]
     k3 = step[step["model"] == "Kimi K3"].set_index("part")
     assert k3.loc["active weights", "GB"] == pytest.approx(136.97, abs=0.01)

@@ -23,7 +23,7 @@ def values(arr):
 
 
 def test_situ_page_curves_crossing_and_chain():
-    at = open_page("views/situ.py")
+    at = open_page("views/situ_glu.py")
     charts = lambda: {json.loads(el.proto.spec)["usermeta"]["chart"]: el for el in at.get("vega_lite_chart")}
     assert list(charts()) == ["situ_output", "situ_factors", "situ_derivatives", "situ_grid", "situ_hist", "situ_chain"]
     assert not at.get("plotly_chart")
@@ -53,7 +53,7 @@ def test_situ_page_curves_crossing_and_chain():
 
 
 def test_situ_page_clamps_bad_link_values():
-    at = open_page("views/situ.py", {"range": "5000", "up": "abc", "layer": "0", "chain": "99"})
+    at = open_page("views/situ_glu.py", {"range": "5000", "up": "abc", "layer": "0", "chain": "99"})
     notes = " ".join(i.value for i in at.info)
     assert "5000" in notes and "abc" in notes and "layer" in notes
     assert at.slider(key="situ_range").value == 1000 and at.slider(key="situ_up").value == 100
@@ -144,12 +144,12 @@ def test_balance_page_renders_its_reviewed_text():
 
 
 def test_moa_page_caption_follows_the_match_toggle():
-    at = open_page("views/moa.py", {"match": "0", "size": "100", "n": "4"})
+    at = open_page("views/moe_vs_moa.py", {"match": "0", "size": "100", "n": "4"})
     caption = next(c.value for c in at.caption if c.value.startswith("For a "))
     # 4 agents of 100B hold 400B, not K3's 2,779.5B: the old caption said "the same parameter count" regardless
     assert "the same parameter count" not in caption and "400B parameters against K3's 2,779.5B" in caption
     assert "(0.14x K3's)" in " ".join(c.value for c in at.caption)          # 400 / 2,779.5, no "0.1x"
-    at = open_page("views/moa.py", {"n": "1", "size": "39", "match": "0", "prec": "mxfp4"})
+    at = open_page("views/moe_vs_moa.py", {"n": "1", "size": "39", "match": "0", "prec": "mxfp4"})
     shown = markdown_tables(at)[0].set_index("cost")["MoA / K3"]
     assert shown["Weight memory"].startswith("1/") and not any(v.startswith("0.0") for v in shown)
     caption = next(c.value for c in at.caption if c.value.startswith("For a "))

@@ -32,7 +32,7 @@ def quant_charts(at):
 
 
 def test_quant_page_charts_and_experiment_switch():
-    at = open_page("views/quant.py")
+    at = open_page("views/quantization.py")
     charts = quant_charts(at)
     assert sorted(charts) == ["quant_behaviour", "quant_block", "quant_errors", "quant_grids", "quant_k3_bytes",
                               "quant_scales"] and not at.get("plotly_chart")
@@ -63,7 +63,7 @@ def test_quant_page_charts_and_experiment_switch():
 
 
 def test_quant_page_bad_link_values_are_clamped():
-    at = open_page("views/quant.py", {"layer": "999", "expert": "-4", "variant": "fp2", "fmt": "<i>x</i>",
+    at = open_page("views/quantization.py", {"layer": "999", "expert": "-4", "variant": "fp2", "fmt": "<i>x</i>",
                                       "block": "abc"})
     text = notices(at)
     assert "999" in text and "fp2" in text and "block" in text
@@ -77,7 +77,7 @@ def test_quant_page_bad_link_values_are_clamped():
 
 def test_moa_page_sliders_change_the_ratios():
     from tests.conftest import vega_datasets
-    at = open_page("views/moa.py")
+    at = open_page("views/moe_vs_moa.py")
     charts = lambda: {json.loads(el.proto.spec)["usermeta"]["chart"]: el for el in at.get("vega_lite_chart")}
     assert set(charts()) == {"moa_costs", "moa_sweep", "moa_step"} and not at.get("plotly_chart")
     assert all(all(len(d) for d in vega_datasets(el).values()) for el in charts().values())
@@ -101,11 +101,11 @@ def test_moa_page_sliders_change_the_ratios():
 
 
 def test_moa_page_link_reproduces_and_clamps():
-    at = open_page("views/moa.py", {"n": "3", "match": "0", "size": "120", "context": "65536", "out": "256",
+    at = open_page("views/moe_vs_moa.py", {"n": "3", "match": "0", "size": "120", "context": "65536", "out": "256",
                                     "bw": "8", "prec": "fp8"})
     assert at.slider(key="moa_n").value == 3 and at.slider(key="moa_size").value == 120
     assert at.select_slider(key="moa_context").value == 65536 and at.select_slider(key="moa_bw").value == 8.0
-    bad = open_page("views/moa.py", {"n": "1000", "context": "7", "bw": "abc", "prec": "fp2"})
+    bad = open_page("views/moe_vs_moa.py", {"n": "1000", "context": "7", "bw": "abc", "prec": "fp2"})
     text = notices(bad)
     assert "1000" in text and "context" in text and "abc" in text and "fp2" in text
     assert bad.slider(key="moa_n").value == 64 and bad.select_slider(key="moa_context").value == 1024

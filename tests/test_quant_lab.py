@@ -1,5 +1,5 @@
-"""Quantization lab data and charts (app/quant_blocks.py, app/quant_weights.py, app/quant_behaviour.py,
-app/charts/quant_lab.py): grids and block scales against ARCHITECTURE.md section 7's worked examples, layer scales
+"""Quantization lab data and charts (app/quantization_blocks.py, app/quantization_weights.py, app/quantization_behaviour.py,
+app/charts/quantization.py): grids and block scales against ARCHITECTURE.md section 7's worked examples, layer scales
 and errors, and behaviour metrics from real forward passes of small models (change the quantisation and the numbers
 change)."""
 import numpy as np
@@ -7,10 +7,10 @@ import pandas as pd
 import pytest
 import torch
 
-from app import quant_behaviour as behaviour
-from app import quant_blocks as blocks
-from app import quant_weights as weights
-from app.charts import quant_lab as charts
+from app import quantization_behaviour as behaviour
+from app import quantization_blocks as blocks
+from app import quantization_weights as weights
+from app.charts import quantization as charts
 from model.config import K3Config
 from model.k3 import K3Model
 from model.quant import block_scale_exponents, mx_fake_quant
@@ -161,7 +161,7 @@ def test_k3_bytes_table_and_summary():
     assert s["bf16"] / s["k3"] == pytest.approx(5559.0 / 1559.9, rel=1e-3)
 
 
-# ---- the Vega-Lite specs (app/charts/quant_lab.py) -----------------------------------------------------
+# ---- the Vega-Lite specs (app/charts/quantization.py) -----------------------------------------------------
 
 def layers_of(spec):
     return spec.get("layer") or [spec]

@@ -169,7 +169,7 @@ def test_a_truncated_card_gives_the_random_instance_banner_on_every_page_kind(tm
     """The pages that never load the model (Overview, MoE vs MoA, Glossary) showed no banner before, and the
     card's JSON error was a traceback on the Model card."""
     folder = _damaged_copy(tmp_path, "k3_tiny.json")
-    pages = ["views/overview.py", "views/moa.py", "views/glossary.py", "views/model_card.py"]
+    pages = ["views/overview.py", "views/moe_vs_moa.py", "views/glossary.py", "views/model_card.py"]
     for path, seen in _run_pages(folder, pages).items():
         assert not seen["exceptions"], (path, seen["exceptions"])
         shown = [w.replace("\\", "") for w in seen["warnings"]]          # as read: Markdown escapes dropped
@@ -218,7 +218,7 @@ def test_every_pages_link_carries_the_shared_prompt_and_token():
     at = open_app_page("views/routing.py")
     at.text_area(key="prompt_text").input("Zebras cross the road").run()
     token = params(at)["token"]
-    for path in ("views/moa.py", "views/glossary.py", "views/overview.py"):
+    for path in ("views/moe_vs_moa.py", "views/glossary.py", "views/overview.py"):
         at.switch_page(path).run()
         assert not at.exception
         assert params(at).get("preset") == "own" and params(at).get("text") == "Zebras cross the road", path

@@ -7,7 +7,7 @@ from app.tour import TOUR, next_stop
 from tests.conftest import outside_code
 from tests.test_precision_pages import open_page, param
 
-PROMPT_PAGES = ["views/routing.py", "views/attention.py", "views/parallel.py", "views/situ.py"]
+PROMPT_PAGES = ["views/routing.py", "views/attention.py", "views/parallel.py", "views/situ_glu.py"]
 
 
 @pytest.mark.parametrize("path", PROMPT_PAGES)
@@ -33,7 +33,7 @@ def test_presenter_mode_is_a_link_flag_and_a_toggle():
     from streamlit.testing.v1 import AppTest
     at = AppTest.from_file("../streamlit_app.py", default_timeout=600)
     at.query_params["present"] = "1"                    # a link with the flag opens a new session
-    at.run().switch_page("views/situ.py").run()
+    at.run().switch_page("views/situ_glu.py").run()
     assert not at.exception
     assert at.toggle(key="presenter_mode").value is True and param(at, "present") == "1"
     assert presenter_sheet(at)                                     # the presenter style sheet
@@ -47,7 +47,7 @@ def presenter_sheet(at) -> bool:
 
 
 def test_every_chart_has_a_csv_download_and_no_page_draws_plotly():
-    at = open_page("views/situ.py")                                   # Vega-Lite charts: Streamlit's toolbar saves PNG
+    at = open_page("views/situ_glu.py")                                   # Vega-Lite charts: Streamlit's toolbar saves PNG
     charts = at.get("vega_lite_chart")
     downloads = [d for d in at.get("download_button") if "CSV" in d.proto.label]
     assert len(charts) == 6 and len(downloads) == len(charts) and not at.get("plotly_chart")
@@ -72,7 +72,7 @@ def test_the_link_box_script_survives_the_html_sanitiser():
     # then stayed empty. The script builds such strings from a character code instead.
     import re
 
-    from app.ui import SHARE_HTML
+    from app.sidebar import SHARE_HTML
     script = SHARE_HTML.split("<script>", 1)[1].rsplit("</script>", 1)[0]
     assert not re.search(r"<[/\w]", script)
     assert "location.href" in script and "k3-share-link" in script

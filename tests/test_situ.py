@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 import torch
 
-from app.charts.situ import curve_table, derivative_spec, factors_spec, output_spec, output_window
-from app.charts.situ_live import chain_spec, histogram_bins, histogram_spec, runs_along
-from app.charts.situ_plane import grid_spec, grid_table, level_curves
-from app.situ import (
+from app.charts.situ_glu import curve_table, derivative_spec, factors_spec, output_spec, output_window
+from app.charts.situ_glu_live import chain_spec, histogram_bins, histogram_spec, runs_along
+from app.charts.situ_glu_plane import grid_spec, grid_table, level_curves
+from app.situ_glu import (
     CAP,
     FP8_MAX,
     NAMES,

@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from app.charts.situ_plane import surface_figure, surface_table
-from app.situ import CAP, SURFACE_POINTS, grid2d, surface_caption
+from app.charts.situ_glu_plane import surface_figure, surface_table
+from app.situ_glu import CAP, SURFACE_POINTS, grid2d, surface_caption
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -111,8 +111,8 @@ def test_only_the_surface_builder_imports_plotly():
     sources = [p for d in ("app", "views", "model") for p in sorted((ROOT / d).rglob("*.py"))] + [ROOT / "streamlit_app.py"]
     found = {str(p.relative_to(ROOT)): plotly_imports(p.read_text(encoding="utf-8")) for p in sources}
     found = {path: imports for path, imports in found.items() if imports}
-    assert list(found) == ["app/charts/situ_plane.py"]                  # one file ...
-    assert all(inside for _, inside in found["app/charts/situ_plane.py"])   # ... inside a function
+    assert list(found) == ["app/charts/situ_glu_plane.py"]                  # one file ...
+    assert all(inside for _, inside in found["app/charts/situ_glu_plane.py"])   # ... inside a function
     # the checker sees an import at module level and one inside a function apart
     assert plotly_imports("import plotly.graph_objects as go\ndef f():\n    from plotly import io\n") == \
         [(1, False), (3, True)]
@@ -129,7 +129,7 @@ import model
 for m in pkgutil.iter_modules(model.__path__, "model."):
     importlib.import_module(m.name)
 print("imported", len([m for m in sys.modules if m.startswith(("app.", "model."))]))
-from app.charts.situ_plane import surface_figure
+from app.charts.situ_glu_plane import surface_figure
 try:
     surface_figure({"axis": [0.0], "situ": [[0.0]], "swiglu": [[0.0]]}, 100.0)
 except ImportError as e:
@@ -149,14 +149,14 @@ def test_the_app_modules_import_without_plotly():
 # ---- the page ------------------------------------------------------------------------------------
 
 def test_page_draws_the_surfaces_once_per_range(monkeypatch):
-    from app import situ
-    from app.charts import situ_plane
+    from app import situ_glu
+    from app.charts import situ_glu_plane
     from tests.conftest import open_app_page
-    situ.cached_surfaces.clear()
+    situ_glu.cached_surfaces.clear()
     built = []
-    real = situ_plane.surface_figure
-    monkeypatch.setattr(situ_plane, "surface_figure", lambda *a, **k: built.append(a[0]["axis"][-1]) or real(*a, **k))
-    at = open_app_page("views/situ.py")
+    real = situ_glu_plane.surface_figure
+    monkeypatch.setattr(situ_glu_plane, "surface_figure", lambda *a, **k: built.append(a[0]["axis"][-1]) or real(*a, **k))
+    at = open_app_page("views/situ_glu.py")
     assert not at.get("plotly_chart") and built == []               # drawn only once its expander is open
     at.session_state["situ_surfaces_open"] = True
     at.run()

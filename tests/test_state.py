@@ -124,7 +124,7 @@ def test_a_bad_link_gets_notices_and_a_sane_view():
     assert "zzz" not in params(at)
 
 
-@pytest.mark.parametrize("page,key,value", [("views/balance.py", "bal_k", 8), ("views/moa.py", "moa_n", 3)])
+@pytest.mark.parametrize("page,key,value", [("views/balance.py", "bal_k", 8), ("views/moe_vs_moa.py", "moa_n", 3)])
 def test_a_control_is_written_to_the_link_and_back(page, key, value):
     at = open_app_page(page)
     at.slider(key=key).set_value(value).run()

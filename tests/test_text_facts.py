@@ -10,7 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from app import glossary, model_card, parallel, quant_text, routing_text, situ, tour
+from app import glossary, model_card, parallel, quantization_text, routing_text, situ_glu, tour
 from app.layer_data import CITE, LayerData, Read, report_ref
 from app.layer_steps_ffn import moe_steps
 from model.config import K3Config
@@ -38,13 +38,13 @@ def test_e4m3_caption_counts_the_grid():
     # OCP MX v1.0, E4M3: 14 full binades of 8, the top one (256..448) has 7 (S.1111.111 is NaN), 7 subnormals
     assert len(pos) == 14 * 8 + 7 + 7 == 126
     assert ((pos >= 256) & (pos <= 448)).sum() == 7 and (pos < 2.0 ** -6).sum() == 7
-    cap = quant_text.grids_caption()
+    cap = quantization_text.grids_caption()
     assert f"{len(pos)} positive values" in cap
     assert "8 in every power of two from 2⁻⁶ to 2⁷" in cap and "7 in [2⁸, 448]" in cap
     assert "7 subnormals" in cap and "8 subnormals" not in cap
     e2 = element_grid("e2m1").numpy()
     assert f"only {2 * (e2 > 0).sum() + 1} distinct values" in cap           # 15
-    assert "8 subnormals" not in read("views/quant.py") and "grids_caption()" in read("views/quant.py")
+    assert "8 subnormals" not in read("views/quantization.py") and "grids_caption()" in read("views/quantization.py")
 
 
 # ---- 2 and 3. "Exploding internal activations" (sec 2.3), and "Stable" = three components, two failure modes ----
@@ -56,12 +56,12 @@ STABLE_TEXTS = {
 
 
 def test_no_page_says_the_routed_path_diverged_or_blew_up():
-    for path in ("views/situ.py", "app/situ.py", *LAYER_TEXT, "app/glossary.py", "app/tour.py",
+    for path in ("views/situ_glu.py", "app/situ_glu.py", *LAYER_TEXT, "app/glossary.py", "app/tour.py",
                  "docs/ARCHITECTURE.md"):
         text = flat(read(path))
         assert not re.search(r"diverged at scale|blew up|blow up", text), path
-    assert "exploding internal activations" in situ.REPORT_ON_CHAIN and "2.3" in situ.REPORT_ON_CHAIN
-    assert "REPORT_ON_CHAIN" in read("views/situ.py")
+    assert "exploding internal activations" in situ_glu.REPORT_ON_CHAIN and "2.3" in situ_glu.REPORT_ON_CHAIN
+    assert "REPORT_ON_CHAIN" in read("views/situ_glu.py")
     assert "exploding internal activations" in tour.stop_for("situ-glu").why
 
 
@@ -95,12 +95,12 @@ def test_swiglu_gate_derivative_is_described_on_both_sides():
     g = torch.tensor([-20.0, -10.0, 20.0], dtype=torch.float64, requires_grad=True)
     (d,) = torch.autograd.grad(F.silu(g).sum(), g)
     assert abs(d[0]) < 1e-6 and abs(d[1]) < 1e-3 and d[2] == pytest.approx(1, abs=1e-6)
-    cap = situ.derivative_caption()
+    cap = situ_glu.derivative_caption()
     assert "near 1 only for large positive g" in cap and "goes to 0 for negative g" in cap
     assert "under 0.001" in cap and "1.0000 at g = 20" in cap
-    peak_g, peak = situ.swish_derivative_peak()
+    peak_g, peak = situ_glu.swish_derivative_peak()
     assert 1.09 < peak < 1.11 and 2.3 < peak_g < 2.5 and f"{peak:.2f}" in cap
-    assert "stay near 1 (gate)" not in flat(read("views/situ.py"))
+    assert "stay near 1 (gate)" not in flat(read("views/situ_glu.py"))
 
 
 # ---- 5. One layer's experts fit on one accelerator; all 92 layers' do not --------------------------------------
@@ -140,7 +140,7 @@ def test_mxfp8_activation_blocks_in_the_live_instance_and_in_k3():
     row = torch.tensor([[100.0] + [0.3] * (TINY.expert_width - 1)])
     q = mx_fake_quant(row, "e4m3", per_row=True)
     assert torch.equal(q, mx_fake_quant(row, "e4m3", block=TINY.expert_width))   # one scale for the 16
-    note = quant_text.VARIANT_HOW["act"]
+    note = quantization_text.VARIANT_HOW["act"]
     assert f"holds {TINY.expert_width} values" in note and f"hidden row {TINY.expert_hidden}" in note
     assert f"{K3.expert_width // 32} and {K3.expert_hidden // 32} blocks of 32" in note       # 112 and 96
     assert "a scale per 32 values of one token" not in note
@@ -269,10 +269,10 @@ def test_every_glossary_term_with_a_k3_equation_cites_it():
 # ---- 18. K3 runs its experts on MXFP8 activations; the report says nothing about storing them ------------------
 
 def test_situ_page_does_not_say_k3_stores_mxfp8_activations():
-    assert "stores these activations" not in flat(read("views/situ.py"))
-    assert "MXFP8_NOTE" in read("views/situ.py")
-    assert "says nothing about storing" in situ.MXFP8_NOTE and "4.1.4" in situ.MXFP8_NOTE
-    assert situ.SOURCE == "K3 report Eq. 12, sec 2.3.2"
+    assert "stores these activations" not in flat(read("views/situ_glu.py"))
+    assert "MXFP8_NOTE" in read("views/situ_glu.py")
+    assert "says nothing about storing" in situ_glu.MXFP8_NOTE and "4.1.4" in situ_glu.MXFP8_NOTE
+    assert situ_glu.SOURCE == "K3 report Eq. 12, sec 2.3.2"
 
 
 # ---- 19. The 8 x 112 grid is the article's illustration; K3's experts need at least 11 H200s -------------------
@@ -625,19 +625,19 @@ def test_balance_sources_are_cited():
 def test_moa_try_this_asks_for_changes_and_what_it_promises_holds():
     from dataclasses import replace
 
-    from app import moa
+    from app import moe_vs_moa
     from model import cost
-    view = flat(read("views/moa.py"))
-    assert f"set N to {moa.DEFAULTS['n']}" not in view                  # the old one asked for the default
+    view = flat(read("views/moe_vs_moa.py"))
+    assert f"set N to {moe_vs_moa.DEFAULTS['n']}" not in view                  # the old one asked for the default
     assert "slide the prompt length to 1M" in view and "double N to 16" in view
-    s = moa.default_scenario()
+    s = moe_vs_moa.default_scenario()
     at_1m = cost.ratios(replace(s, context=2 ** 20))
     base = cost.ratios(s)
     # cache: N proposer caches, each K3's (same attention stack), against K3's one
     k3 = cost.k3_decoder()
     assert at_1m["cache"] == pytest.approx(s.n_agents * k3.cache_bytes(2 ** 20 + s.output) / k3.cache_bytes(2 ** 20 + s.output))
     assert abs(at_1m["seconds"] / base["seconds"] - 1) < 0.05             # barely moves
-    s16 = moa.scenario(16, moa.matched_size(16), s.context, s.output, 4.8, "bf16")
+    s16 = moe_vs_moa.scenario(16, moe_vs_moa.matched_size(16), s.context, s.output, 4.8, "bf16")
     r16 = cost.ratios(s16)
     assert r16["seconds"] < base["seconds"] and r16["flops"] > base["flops"]
 
@@ -645,26 +645,26 @@ def test_moa_try_this_asks_for_changes_and_what_it_promises_holds():
 def test_moa_sweep_caption_follows_the_sweep():
     """'The FLOPs ratio shrinks at long contexts' held only for agents larger than K3's active count: with 64
     agents of 43B it rises, towards 2N + 1 token passes per answer token."""
-    from app import moa
-    assert "shrinks at long contexts" not in read("views/moa.py")
-    assert "or the aggregator's longer context" not in read("views/moa.py")
-    s = moa.scenario(64, moa.matched_size(64), 32_768, 1_024, 4.8, "bf16")
-    sweep = moa.context_sweep(s)
+    from app import moe_vs_moa
+    assert "shrinks at long contexts" not in read("views/moe_vs_moa.py")
+    assert "or the aggregator's longer context" not in read("views/moe_vs_moa.py")
+    s = moe_vs_moa.scenario(64, moe_vs_moa.matched_size(64), 32_768, 1_024, 4.8, "bf16")
+    sweep = moe_vs_moa.context_sweep(s)
     flops = sweep["FLOPs per answer token"]
     assert 2 * 43e9 < 2 * 104.2e9 and flops.iloc[-1] > flops.iloc[0]     # agents' 2 x 43B below K3's 2 x 104.2B
-    note = moa.sweep_note(s, sweep)
+    note = moe_vs_moa.sweep_note(s, sweep)
     assert "rises" in note and f"towards {2 * 64 + 1}x" in note
-    big = moa.default_scenario()
-    assert "falls" in moa.sweep_note(big, moa.context_sweep(big)) and f"ratio is {big.n_agents} at every length" in \
-        moa.sweep_note(big, moa.context_sweep(big))
+    big = moe_vs_moa.default_scenario()
+    big_note = moe_vs_moa.sweep_note(big, moe_vs_moa.context_sweep(big))
+    assert "falls" in big_note and f"ratio is {big.n_agents} at every length" in big_note
 
 
 def test_moa_ratios_are_written_for_people():
-    from app import moa
-    from app.charts import moa as charts
+    from app import moe_vs_moa
+    from app.charts import moe_vs_moa as charts
     from model.accounting import count_params
-    s = moa.scenario(1, 39, 32_768, 1_024, 4.8, "mxfp4")
-    table, _, m = moa.cost_table(s)
+    s = moe_vs_moa.scenario(1, 39, 32_768, 1_024, 4.8, "mxfp4")
+    table, _, m = moe_vs_moa.cost_table(s)
     # by hand: 39B at 4.25 bits against K3's stored bytes (routed experts 4.25 bits, the rest 16)
     p = count_params(K3)
     k3_bytes = sum(n * (4.25 if c == "routed experts" else 16) / 8 for c, n in p.breakdown.items())
@@ -672,19 +672,19 @@ def test_moa_ratios_are_written_for_people():
     assert r < 0.05
     subtitles = [panel["title"]["subtitle"] for panel in charts.costs_spec(table, m.name)["hconcat"]]
     assert f"MoA / K3 = 1/{round(1 / r):,}" in subtitles and not any("0.0x" in t for t in subtitles)
-    assert moa.fmt_ratio(8.0) == "8.0x" and moa.fmt_ratio(0.57) == "0.57x"
-    assert '{r:,.2f}x' not in read("views/moa.py")
+    assert moe_vs_moa.fmt_ratio(8.0) == "8.0x" and moe_vs_moa.fmt_ratio(0.57) == "0.57x"
+    assert '{r:,.2f}x' not in read("views/moe_vs_moa.py")
 
 
 def test_moa_words_hold_for_one_agent_and_say_there_is_no_routing():
-    from app import moa
-    s = moa.scenario(1, 500, 8_192, 256, 4.8, "bf16")
-    table, k3, m = moa.cost_table(s)
-    q = moa.qualitative(s, table, k3, m).set_index("aspect")
+    from app import moe_vs_moa
+    s = moe_vs_moa.scenario(1, 500, 8_192, 256, 4.8, "bf16")
+    table, k3, m = moe_vs_moa.cost_table(s)
+    q = moe_vs_moa.qualitative(s, table, k3, m).set_index("aspect")
     for aspect in ("Latency", "KV cache", "Compute"):
         assert "aggregator" not in q.loc[aspect, "Mixture of Agents"], aspect      # N = 1: no aggregation (cost.moa_cost)
-    s8 = moa.default_scenario()
-    q8 = moa.qualitative(s8, *moa.cost_table(s8)).set_index("aspect")
+    s8 = moe_vs_moa.default_scenario()
+    q8 = moe_vs_moa.qualitative(s8, *moe_vs_moa.cost_table(s8)).set_index("aspect")
     assert "all 8 agents on every request" in q8.loc["Differentiability", "the number on this page"]
     assert "one choice of" not in q8.loc["Differentiability", "the number on this page"]
 
@@ -692,9 +692,9 @@ def test_moa_words_hold_for_one_agent_and_say_there_is_no_routing():
 def test_moa_assumptions_are_sourced_and_say_what_fits():
     import math as m_
 
-    from app import moa
-    s = moa.default_scenario()
-    text = " ".join(moa.assumptions(s))
+    from app import moe_vs_moa
+    s = moe_vs_moa.default_scenario()
+    text = " ".join(moe_vs_moa.assumptions(s))
     # MoA paper: layers of agents, three by default with Qwen1.5-110B-Chat aggregating; one layer is the page's
     assert "three layers" in text and "Qwen1.5-110B-Chat" in text and "this page's choices" in text
     assert "the most favourable choice" not in text
@@ -705,8 +705,8 @@ def test_moa_assumptions_are_sourced_and_say_what_fits():
     from model.accounting import count_params
     p = count_params(K3)
     k3_bytes = sum(n * (4.25 if c == "routed experts" else 16) / 8 for c, n in p.breakdown.items())
-    agent_bytes = moa.matched_size(8) * 1e9 * 2
+    agent_bytes = moe_vs_moa.matched_size(8) * 1e9 * 2
     assert f"at least {m_.ceil(k3_bytes / 141e9)} H200s" in text and f"at least {m_.ceil(agent_bytes / 141e9)} (computed)" in text
     assert "divides both sides' times alike" not in text
-    view = flat(read("views/moa.py"))
+    view = flat(read("views/moe_vs_moa.py"))
     assert "all of its weights but the embedding table" in view         # an agent's active count leaves it out

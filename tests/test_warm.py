@@ -208,7 +208,7 @@ def test_a_half_imported_live_module_is_not_ready(monkeypatch):
 
 
 def test_the_warm_up_computes_every_experiment_of_the_quantization_lab():
-    from app.quant_behaviour import VARIANTS
+    from app.quantization_behaviour import VARIANTS
     assert set(warm.QUANT_EXPERIMENTS) == set(VARIANTS)
     names = [name for name, _ in warm.TASKS]
     assert all(any(repr(v) in n for n in names) for v in VARIANTS)

@@ -1,11 +1,11 @@
 """Classes: a teacher starts a class with a lesson and leads it from a live dashboard; students join with the class
 code and a nickname and follow the lesson in the sidebar. The store is app/classes.py, the session's place in a
-class app/classes_ui.py, the dashboard's data app/class_board.py."""
+class app/classes_ui.py, the dashboard's data app/classes_board.py."""
 import time
 
 import streamlit as st
 
-from app import class_board, classes, classes_ui, lessons, lessons_ui, state, ui
+from app import classes, classes_board, classes_ui, lessons, lessons_ui, state, ui
 from app.charts import classes as charts
 from app.classes import StoreError, Unavailable
 from app.lessons import Lesson
@@ -96,7 +96,7 @@ def _mine_table(lesson, mine):
     rows = []
     for a in mine:
         q = lesson.steps[a.step - 1].question if lesson and 0 < a.step <= len(lesson.steps) else None
-        rows.append({"step": a.step, "answer": class_board.shown_answer(q, a),
+        rows.append({"step": a.step, "answer": classes_board.shown_answer(q, a),
                      "right": "" if a.right is None else ("yes" if a.right else "no")})
     return pd.DataFrame(rows)
 
@@ -125,11 +125,11 @@ def dashboard() -> None:
         st.warning(f"The class's lesson {code_span(info.lesson)} is not on this server (or its file has problems).")
         return
     now = time.time()
-    steps = class_board.board(lesson, roster, answers, now)
+    steps = classes_board.board(lesson, roster, answers, now)
     here = sum(len(s.here) for s in steps)
     c_code, c_students, c_step = st.columns(3, gap="medium")
     c_code.metric("Class code", info.code, help="students type it on the Classes page")
-    c_students.metric("Students", f"{len(roster)}", f"{here} active in the last {class_board.ACTIVE_S:.0f} s",
+    c_students.metric("Students", f"{len(roster)}", f"{here} active in the last {classes_board.ACTIVE_S:.0f} s",
                       delta_color="off", delta_arrow="off")
     c_step.metric("Leading", f"Step {info.step} of {info.steps}",
                   "students follow" if info.lead else "students go at their own pace", delta_color="off",
@@ -163,7 +163,7 @@ def dashboard() -> None:
         else:
             st.caption("No one has joined yet.")
     c_csv, c_end = st.columns(2)
-    c_csv.download_button("Download every answer (CSV)", class_board.answers_csv(lesson, answers),
+    c_csv.download_button("Download every answer (CSV)", classes_board.answers_csv(lesson, answers),
                           file_name=f"class-{info.code}-{lesson.name}.csv", mime="text/csv",
                           icon=":material/download:", key="k3_class_csv")
     with c_end.popover("End the class", icon=":material/delete:"):
@@ -179,7 +179,7 @@ def dashboard() -> None:
                 st.rerun(scope="app")
 
 
-def step_board(b: class_board.StepBoard) -> None:
+def step_board(b: classes_board.StepBoard) -> None:
     who = ", ".join(md_escape(n, classes.MAX_NICKNAME) for n in b.here[:40]) or "no one"
     st.markdown(f"**Step {b.n}: {b.page_title}.** On it now: {who}"
                 + (f" and {len(b.here) - 40} more" if len(b.here) > 40 else "") + ".")

@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 
 from app import theme
-from app.charts.situ import (
+from app.charts.situ_glu import (
     DASH,
     DASHDOT,
     GREY,

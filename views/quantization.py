@@ -4,16 +4,16 @@ import streamlit as st
 
 from app import live as lv_mod
 from app import state, ui
-from app.charts.quant_lab import behaviour_spec, block_spec, errors_spec, scales_spec
-from app.quant_behaviour import VARIANTS
-from app.quant_cache import (
+from app.charts.quantization import behaviour_spec, block_spec, errors_spec, scales_spec
+from app.quantization_behaviour import VARIANTS
+from app.quantization_cache import (
     cached_heldout_comparison,
     cached_layer_errors,
     cached_layer_scales,
     cached_prompt_comparison,
     cached_spec,
 )
-from app.quant_text import (
+from app.quantization_text import (
     ERROR_COLUMNS,
     FORMAT_NAMES,
     SOURCES,
@@ -25,7 +25,7 @@ from app.quant_text import (
     memory_view,
     scales_caption,
 )
-from app.quant_weights import GB_COLUMNS, MATRICES, blocks_per_tensor, k3_bytes_summary, k3_gb_table
+from app.quantization_weights import GB_COLUMNS, MATRICES, blocks_per_tensor, k3_bytes_summary, k3_gb_table
 from model.config import K3Config
 
 TINY = K3Config.tiny()

@@ -8,7 +8,7 @@ with the same reference, the weights as stored with activations in float32 (forw
            LM head) rounded to MXFP4, as if K3 kept nothing in higher precision.
 The shipped checkpoint already stores every routed-expert weight as MXFP4 (codes + E8M0 scales, see
 model/checkpoint.py), so there is no higher-precision copy of the experts to compare with. Pure functions;
-app/quant_cache.py runs them for the page.
+app/quantization_cache.py runs them for the page.
 """
 from __future__ import annotations
 
@@ -19,8 +19,8 @@ import pandas as pd
 import torch
 
 from app import assets
-from app.quant_blocks import BLOCK
-from app.quant_weights import COARSE_BLOCK, is_matrix, quantise
+from app.quantization_blocks import BLOCK
+from app.quantization_weights import COARSE_BLOCK, is_matrix, quantise
 from model.checkpoint import is_expert_tensor
 from model.k3 import K3Model, K3Output, model_with_weights
 from model.quant import mx_fake_quant

@@ -7,7 +7,7 @@ import pandas as pd
 
 from app import theme
 from app.charts.vega import SCHEMA, usermeta
-from app.moa import fmt_ratio
+from app.moe_vs_moa import fmt_ratio
 
 SCALE = {"FLOPs": (1e12, "TFLOP"), "bytes": (1e9, "GB"), "seconds": (1.0, "s")}
 RATIO_COLOURS = [theme.OKABE_ITO["blue"], theme.OKABE_ITO["orange"], theme.OKABE_ITO["green"],

@@ -1,4 +1,4 @@
-"""The teacher's dashboard as data (app/class_board.py) and its charts (app/charts/classes.py): counts per option,
+"""The teacher's dashboard as data (app/classes_board.py) and its charts (app/charts/classes.py): counts per option,
 numbers beside each student's own truth, common text answers, who is on a step, and the CSV a spreadsheet reads
 as text."""
 from __future__ import annotations
@@ -7,7 +7,7 @@ import csv
 import io
 import json
 
-from app import class_board as B
+from app import classes_board as B
 from app import lessons as L
 from app.charts import classes as charts
 from app.classes import Answer

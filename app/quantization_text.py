@@ -8,10 +8,10 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from app.charts.quant_lab import superscript
-from app.quant_behaviour import HELDOUT_CHUNK, HELDOUT_ROWS, Comparison
-from app.quant_blocks import BLOCK, EXAMPLES, BlockSteps, block_table, e2m1_codes, explain_block, grid_counts
-from app.quant_weights import COARSE_BLOCK, weight_block
+from app.charts.quantization import superscript
+from app.quantization_behaviour import HELDOUT_CHUNK, HELDOUT_ROWS, Comparison
+from app.quantization_blocks import BLOCK, EXAMPLES, BlockSteps, block_table, e2m1_codes, explain_block, grid_counts
+from app.quantization_weights import COARSE_BLOCK, weight_block
 from app.text import fmt_bytes, fmt_params
 from model.config import K3Config
 from model.k3 import K3Model
@@ -132,7 +132,7 @@ ERROR_COLUMNS = ["MXFP4, blocks of 32", f"MXFP4, blocks of {COARSE_BLOCK}", "MXF
 
 
 def scales_caption(scales: pd.DataFrame, layer: int, cfg: K3Config) -> str:
-    """`scales`: app.quant_weights.layer_scale_exponents's blocks per exponent."""
+    """`scales`: app.quantization_weights.layer_scale_exponents's blocks per exponent."""
     n_scale = int(scales["blocks"].sum())
     lo, hi = int(scales["exponent"].min()), int(scales["exponent"].max())
     return (f"The {n_scale:,} blocks of layer {layer}'s three expert tensors ({cfg.n_routed_experts} experts × "
@@ -144,7 +144,7 @@ def scales_caption(scales: pd.DataFrame, layer: int, cfg: K3Config) -> str:
 
 
 def errors_caption(errors: pd.DataFrame, already: bool) -> str:
-    """`errors`: app.quant_weights.layer_errors's rows; `already`: whether the experts are MXFP4 values."""
+    """`errors`: app.quantization_weights.layer_errors's rows; `already`: whether the experts are MXFP4 values."""
     kept = errors[errors["stored as"] == "bf16"]
     cols = ERROR_COLUMNS
     return ("Relative error of rounding each weight matrix of the layer. "
@@ -201,7 +201,7 @@ class MemoryView:
 
 
 def memory_view(k3: dict) -> MemoryView:
-    """`k3`: app.quant_weights.k3_bytes_summary()."""
+    """`k3`: app.quantization_weights.k3_bytes_summary()."""
     params = k3["routed_params"] + k3["other_params"]
     share = k3["routed_params"] / params
     cards = [

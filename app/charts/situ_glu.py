@@ -1,7 +1,7 @@
 """Figures of the SiTU-GLU vs SwiGLU page, and the look its other chart modules share (colours, the
 limit lines at 100 and 448, legends, panel sizes): the curves of both activations against one input, their
 factors and derivatives. Pure functions from data to Vega-Lite specs (their data in named datasets).
-The gate x up plane is app/charts/situ_plane.py; the live experts and the chain, app/charts/situ_live.py."""
+The gate x up plane is app/charts/situ_glu_plane.py; the live experts and the chain, app/charts/situ_glu_live.py."""
 from __future__ import annotations
 
 import numpy as np
@@ -111,7 +111,7 @@ CURVE_COLUMNS = {   # the CSV of each curve chart: every sample, not only those 
 
 
 def curve_table(df: pd.DataFrame, chart: str) -> pd.DataFrame:
-    """The numbers behind a curve chart (its CSV): every sample of app.situ.curves."""
+    """The numbers behind a curve chart (its CSV): every sample of app.situ_glu.curves."""
     return df[list(CURVE_COLUMNS[chart])].rename(columns=CURVE_COLUMNS[chart])
 
 

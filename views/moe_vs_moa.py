@@ -2,8 +2,8 @@
 import streamlit as st
 
 from app import state, ui
-from app.charts.moa import costs_spec, step_spec, sweep_spec
-from app.moa import (
+from app.charts.moe_vs_moa import costs_spec, step_spec, sweep_spec
+from app.moe_vs_moa import (
     BANDWIDTHS,
     CONTEXTS,
     DEFAULTS,

@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from app.quant_blocks import BLOCK
+from app.quantization_blocks import BLOCK
 from model import cost
 from model.checkpoint import is_expert_tensor
 from model.config import K3Config

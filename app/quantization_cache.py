@@ -1,13 +1,13 @@
 """The Quantization lab's cached calls: chart specs that depend on nothing chosen, built once per process, and the
 live model's block scales, rounding errors and experiments, each computed once per argument (Streamlit caches;
-the computations are app/quant_blocks.py's, app/quant_weights.py's and app/quant_behaviour.py's)."""
+the computations are app/quantization_blocks.py's, app/quantization_weights.py's and app/quantization_behaviour.py's)."""
 from __future__ import annotations
 
 import pandas as pd
 import streamlit as st
 import torch
 
-from app.quant_behaviour import (
+from app.quantization_behaviour import (
     HELDOUT_CHUNK,
     Behaviour,
     Comparison,
@@ -17,8 +17,8 @@ from app.quant_behaviour import (
     run,
     variant_model,
 )
-from app.quant_blocks import grid_frame
-from app.quant_weights import experts_already_mxfp4, k3_bytes_table, layer_errors, layer_scale_exponents
+from app.quantization_blocks import grid_frame
+from app.quantization_weights import experts_already_mxfp4, k3_bytes_table, layer_errors, layer_scale_exponents
 from model.k3 import K3Model
 
 
@@ -27,7 +27,7 @@ def cached_spec(name: str, theme_type: str | None = None) -> dict:
     """Vega-Lite specs that depend on nothing the person chooses (but the theme, which colours their
     text), built once per process: ui.vega_chart and st.vega_lite_chart copy a spec before changing it,
     so sharing is safe."""
-    from app.charts import quant_lab as charts
+    from app.charts import quantization as charts
     if name == "grids":
         return charts.grids_spec(grid_frame("e2m1"), grid_frame("e4m3"), theme_type)
     if name == "k3_bytes":

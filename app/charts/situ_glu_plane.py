@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 
 from app import theme
-from app.charts.situ import LEVELS, PANEL_GAP, SITU, SWIGLU, WIDTH, panel_height, panel_width
+from app.charts.situ_glu import LEVELS, PANEL_GAP, SITU, SWIGLU, WIDTH, panel_height, panel_width
 from app.charts.vega import SCHEMA, diverging_png, usermeta
 
 GRID_CELLS = 21          # pointable cells a side at most (the image and the contours use every sample)
@@ -184,7 +184,7 @@ def surface_table(grid: dict) -> pd.DataFrame:
 
 
 def surface_figure(grid: dict, cap: float, theme_type: str | None = None):
-    """Both functions of app.situ.grid2d as 3-D surfaces over the same gate x up grid, in one scene on one output
+    """Both functions of app.situ_glu.grid2d as 3-D surfaces over the same gate x up grid, in one scene on one output
     axis: SiTU-GLU's sheet stays within +-cap while SwiGLU's saddle grows as g·u. The app's one plotly figure;
     plotly is imported here so that only this page's code asks for it."""
     import plotly.graph_objects as go

@@ -5,10 +5,10 @@ import streamlit as st
 
 from app import export, state, ui
 from app import live as lv_mod
-from app.charts.situ import curve_table, derivative_spec, factors_spec, output_spec
-from app.charts.situ_live import chain_spec, histogram_spec
-from app.charts.situ_plane import SURFACE_CONFIG, SURFACE_HEIGHT, grid_spec, grid_table, surface_table
-from app.situ import (
+from app.charts.situ_glu import curve_table, derivative_spec, factors_spec, output_spec
+from app.charts.situ_glu_live import chain_spec, histogram_spec
+from app.charts.situ_glu_plane import SURFACE_CONFIG, SURFACE_HEIGHT, grid_spec, grid_table, surface_table
+from app.situ_glu import (
     CAP,
     FP8_MAX,
     MXFP8_NOTE,

@@ -126,7 +126,7 @@ SURFACE_POINTS = 41
 
 
 def surface_caption(grid: dict) -> str:
-    """What the 3-D surfaces show, with the largest values read off their grid (app.situ.grid2d)."""
+    """What the 3-D surfaces show, with the largest values read off their grid (app.situ_glu.grid2d)."""
     axis = np.asarray(grid["axis"], dtype=float)
     n, R = len(axis), float(axis[-1])
     situ_top, swiglu_top = float(np.abs(grid["situ"]).max()), float(np.abs(grid["swiglu"]).max())
@@ -345,7 +345,7 @@ def cached_grid(half_range: float) -> dict:
 def cached_surfaces(half_range: float, theme_type: str | None):
     """The 3-D surfaces' grid and plotly figure, built once per process for each range and theme. Shared:
     st.plotly_chart sends a copy of a figure (Figure.to_dict), never changing the one it is given."""
-    from app.charts import situ_plane as charts
+    from app.charts import situ_glu_plane as charts
     grid = grid2d(half_range, SURFACE_POINTS)
     return grid, charts.surface_figure(grid, CAP, theme_type)
 
