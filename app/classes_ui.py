@@ -19,6 +19,7 @@ CLASS_PARAM, SEAT_PARAM, TEACHER_PARAM = "class", "seat", "teacher"       # app.
 K_MEMBER = "_k3_class"          # {"role": "student" | "teacher", "code", "secret", "nickname"}
 K_SENT = "_k3_class_sent"       # {(lesson, step): True | error message} for the panel's caption
 K_AT = "_k3_class_at"           # the (code, step) last written as the student's step
+K_LEAD_TO = "_k3_class_lead_to" # the teacher's step the class line found the student away from
 K_LESSON = "_k3_class_lesson"   # the student's class's lesson: {name: Lesson} (a lesson written in the app included)
 FOLLOW_S = 3                    # how often a student's panel looks for the teacher's step
 
@@ -163,17 +164,17 @@ def link_params() -> dict[str, str]:
 
 # ---- in the lesson's panel --------------------------------------------------------------------------------------
 
-def class_line(lesson: lessons.Lesson, n: int, open_step) -> None:
-    """The student's class in the panel: code and nickname, and the teacher's step followed (a fragment that
-    looks every FOLLOW_S seconds; `open_step(n)` opens a step)."""
+def class_line(lesson: lessons.Lesson, n: int) -> None:
+    """The student's class above the lesson's panel: code and nickname, and the teacher's step looked for every
+    FOLLOW_S seconds (a timed fragment; lead_to() then names the step to open)."""
     me = member()
     if me is None or me["role"] != "student":
         return
-    _follow(lesson.name, n, open_step)
+    _follow(lesson.name, n)
 
 
 @st.fragment(run_every=FOLLOW_S)
-def _follow(name: str, n: int, open_step) -> None:
+def _follow(name: str, n: int) -> None:
     me = member()
     if me is None:
         return
@@ -199,7 +200,15 @@ def _follow(name: str, n: int, open_step) -> None:
     st.caption(f":material/groups: Class **{info.code}** as **{md_escape(seat.nickname, classes.MAX_NICKNAME)}**"
                f"{lead}")
     if info.lead and info.step != n and 1 <= info.step <= info.steps:
-        open_step(info.step)
+        # the step is opened by the whole app's next run (lessons_ui.sidebar_panel), not from this timed fragment:
+        # a page switched from it kept the old step in the address bar
+        st.session_state[K_LEAD_TO] = info.step
+        st.rerun(scope="app")
+
+
+def lead_to() -> int | None:
+    """The step the teacher leads to, when the class line found the student elsewhere (taken once)."""
+    return st.session_state.pop(K_LEAD_TO, None)
 
 
 def send(lesson: lessons.Lesson, n: int, answer, checked: lessons.Checked, truth: float | None) -> None:

@@ -100,6 +100,10 @@ def follow_link(here: str) -> tuple[Lesson, int] | None:
             _write_link(running[0].name, running[1])
         return running
     ss[K_RUNNING] = {"name": lesson.name, "step": n, "link": (lesson.name, str(n))}
+    if opening:
+        # A switch to the page shown leaves the address bar as it was, although the server takes the switch's
+        # values as the link's: writing them again unchanged sends nothing, so they are written anew.
+        _drop_link()
     _write_link(lesson.name, n)                         # a clamped step: the address bar shows the one used
     step = lesson.steps[n - 1]
     if step.page == here:
@@ -120,11 +124,13 @@ def _own_params(step: lessons.Step) -> set[str]:
 
 def open_step(lesson: Lesson, n: int) -> None:
     """Open step n's page with the step's view (also when step n is the step shown: its view is put back)."""
-    # The step goes through the session, not switch_page's query_params: those are first written into the
-    # address of the page shown, so Back from the new step came to this page with the new step's link. The new
-    # page's run writes the step's link (follow_link) into its own history entry.
+    # The whole link goes with the switch: the step's, the class's, and the shared prompt and token as the address
+    # holds them. A value the new page's run writes itself can arrive before the browser has taken the switch's
+    # address, which then replaced it (the student's sentence or the step fell out of the link).
+    carried = {c.param: st.query_params[c.param] for c in state.carried() if c.param in st.query_params}
     st.session_state[K_OPEN] = (lesson.name, str(n))
-    st.switch_page(lesson.steps[n - 1].view_path, query_params=classes_ui.link_params())
+    st.switch_page(lesson.steps[n - 1].view_path,
+                   query_params=carried | lessons.step_query(lesson, n) | classes_ui.link_params())
 
 
 def publish(name: str, value: float | None) -> None:
@@ -205,7 +211,6 @@ def _panel(name: str, n: int, here: str) -> None:
         st.html(PANEL_CSS)
         st.markdown(f":material/school: **{md_escape(lesson.title, lessons.MAX_TITLE)}**")
         st.progress(n / last, text=f"Step {n} of {last}")
-        classes_ui.class_line(lesson, n, lambda m: open_step(lesson, m))
         if step.page != here:
             st.caption(f"This step is on the page {step.page_title}.")
         if st.button(f"Open this step's view{'' if step.page == here else ': ' + step.page_title}",
@@ -235,4 +240,11 @@ def sidebar_panel(here: str) -> None:
     that opens its page resets the page's view before the page reads its link)."""
     running = follow_link(here)
     if running is not None:
-        _panel(running[0].name, running[1], here)
+        lesson, n = running
+        led = classes_ui.lead_to()
+        if led is not None and led != n:
+            open_step(lesson, led)
+        # the class's line is a fragment of its own, beside the panel's, not inside it: a timed fragment nested in
+        # one that reruns (Check) stopped rerunning now and then, and the student no longer followed the teacher
+        classes_ui.class_line(lesson, n)
+        _panel(lesson.name, n, here)

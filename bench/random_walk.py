@@ -135,6 +135,10 @@ def step(page, rng: random.Random, base: str, browser, fresh_problems: list) -> 
         try:
             b.click(timeout=10_000)
         except Exception as e:                          # noqa: BLE001 - name what could not be clicked
+            if not (b.count() and b.is_visible() and b.is_enabled()):
+                # gone or hidden since it was picked (a rerun replaced it, presenter mode hid the controls): a
+                # person could not have clicked it either
+                return f"click {label!r} skipped: hidden meanwhile"
             raise RuntimeError(f"click {label!r} ({page.url[len(base):]}): {str(e).splitlines()[0]}") from e
         return f"click {label!r}"
     if action == "back":

@@ -1,7 +1,10 @@
 """A whole class in headless Chromium: a teacher starts a class from a shipped lesson, two students join in
 browser contexts of their own (one nickname in Cyrillic with markup in it), each answers the first step's
 question, the dashboard shows both answers, and when the teacher leads to the next step both students' views
-follow; a student's reload finds their seat and step again."""
+follow; a student's reload finds their seat and step again. Led on to step 4, each student types their own
+sentence and answers the question read from their view with the count their own page shows, and the class's
+store holds each answer beside that student's own truth."""
+import re
 import time
 from urllib.parse import parse_qs, urlparse
 
@@ -30,6 +33,20 @@ def join(browser, server, code: str, nickname: str, errors: list):
     student.get_by_role("button", name="Join").click()
     settle(student)
     return student
+
+
+def wait_for_step(students, n: int, seconds: float = 90) -> bool:
+    """Whether every student's address reaches step n in time. Each student's page is touched on every look: in
+    one headless browser the pages of the other contexts sat still (their timers did not fire) until something
+    touched them, where each student's own browser, in front on their own machine, runs its timers."""
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        if all(query(s).get("lesson_step") == str(n) for s in students):
+            return True
+        for s in students:
+            s.evaluate("0")
+        time.sleep(0.3)
+    return all(query(s).get("lesson_step") == str(n) for s in students)
 
 
 def answer(student, text: str) -> None:
@@ -63,7 +80,7 @@ def test_a_class_answers_and_follows_the_teacher(server, page, browser):
     answer(bora, "12")
     assert "Sent to your class" in sidebar(ana).inner_text()
 
-    deadline = time.time() + 15
+    deadline = time.time() + 60                                          # the dashboard's next refresh, on a busy machine
     while time.time() < deadline and "2 answered, 1 right" not in main.inner_text():
         time.sleep(0.5)
     text = main.inner_text()
@@ -76,18 +93,41 @@ def test_a_class_answers_and_follows_the_teacher(server, page, browser):
     page.get_by_role("button", name="Next step").click()
     settle(page)
     assert "Step 2 of 8" in main.inner_text()
-    led = time.time()
-    while time.time() - led < 12 and not all(query(s).get("lesson_step") == "2" for s in (ana, bora)):
-        time.sleep(0.3)
-    assert all(query(s).get("lesson_step") == "2" for s in (ana, bora)), "the students did not follow"
-    followed = time.time() - led
-    assert followed < 8, followed
+    # how soon they follow is measured by bench/class_capacity.py; here only that they do, on a machine that may
+    # be busy with other tests
+    assert wait_for_step((ana, bora), 2), ("the students did not follow", [query(s) for s in (ana, bora)])
     settle(ana)
     assert "Step 2 of 8" in sidebar(ana).inner_text()
 
     ana.reload()
     settle(ana)
     assert query(ana)["lesson_step"] == "2" and f"Class {code} as Ana" in sidebar(ana).inner_text()
+
+    for _ in range(2):                                                    # on to step 4, read from the view
+        page.get_by_role("button", name="Next step").click()
+        settle(page)
+    assert wait_for_step((ana, bora), 4), "the students did not follow to step 4"
+    counts = {}
+    for student, nickname, sentence in ((ana, "Ana", "The river carried the boats slowly past the old mill."),
+                                        (bora, "Бора <b>x</b>", "Реки текут к морю, а ветер гонит облака.")):
+        settle(student)
+        box = student.get_by_label("Text the live model reads")
+        box.fill(sentence)
+        box.press("Control+Enter")
+        settle(student)
+        caption = student.locator('[data-testid="stMain"]').inner_text()
+        counts[nickname] = int(re.search(r"(\d+) of \d+ layers route it differently", caption).group(1))
+        answer(student, str(counts[nickname]))
+        assert "Right." in sidebar(student).inner_text(), sidebar(student).inner_text()
+    from app import classes
+    store = classes.store()
+    info = store.find(code)
+    got = {a.nickname: (a.answer, a.truth, a.right) for a in store.class_answers(info.id) if a.step == 4}
+    assert got == {n: (str(c), float(c), True) for n, c in counts.items()}
+    deadline = time.time() + 60
+    while time.time() < deadline and "2 answered, 2 right" not in main.inner_text():
+        time.sleep(0.5)
+    assert "2 answered, 2 right" in main.inner_text() and "own right answer is the ring" in main.inner_text()
     for p in (page, ana, bora):
         assert p.locator('[data-testid="stException"]').count() == 0
     assert not errors and not page.js_errors, (errors, page.js_errors)

@@ -150,7 +150,10 @@ def dashboard() -> None:
                f"{code_span(f'classes?class={info.code}', 40)}, or type the code on the Classes page. This page's "
                "own address is your teacher link: it opens this dashboard again (keep it to yourself).")
 
-    shown = st.segmented_control("Step", list(range(1, len(steps) + 1)), default=info.step, key="k3_class_step",
+    # the step shown follows the teacher's lead; picking another one shows that until the lead moves again
+    if st.session_state.get("_k3_class_shown_lead") != info.step:
+        st.session_state["_k3_class_shown_lead"] = st.session_state["k3_class_step"] = info.step
+    shown = st.segmented_control("Step", list(range(1, len(steps) + 1)), key="k3_class_step",
                                  format_func=lambda n: f"{n}" + (" ✓" if steps[n - 1].answered else ""))
     board = steps[(shown or info.step) - 1]
     step_board(board)

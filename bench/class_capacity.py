@@ -1,0 +1,454 @@
+"""A class on one server: do 40 students answering a lesson slow the app, and how soon does the teacher see them?
+
+    python bench/class_capacity.py --students 40 --duration 600 --proxy 2    # the goal run (about 25 minutes)
+    python bench/class_capacity.py --students 5 --duration 60                 # a quick look, one server
+    python bench/class_capacity.py --students 40 --duration 180 --proxy 2 --postgres --json /tmp/class.json
+
+The goal (docs/PERFORMANCE.md): a class of 40 students answering over 10 minutes, the teacher's dashboard
+showing each answer within 2 s, and the students' interaction p95 unchanged from the app without a class.
+
+Two phases on the same server(s), one after the other, so the comparison is one machine under one load:
+
+1. **No class**: bench/capacity.py's students, unchanged (`capacity.run_level`): each opens the Routing
+   explorer with its own prompt and, thinking 10-30 s between inputs, changes a control (65 %) or opens
+   another page.
+2. **A class**: the same number of students (other prompts, so neither phase finds the other's model runs
+   cached) in a class of the lesson sparse-experts, made directly in the store the servers use
+   (`app.classes.Store.start` and `join`). Each opens the lesson's link with its seat and its own prompt,
+   `routing?lesson=sparse-experts&lesson_step=1&class=CODE&seat=KEY&preset=own&text=...`, and after each
+   think either answers the step's question if it has not (`--answer`, 40 %: types into the sidebar's
+   answer box or picks an option, then presses Check: two fragment runs, as a browser's blur and click),
+   presses Next once it has (`--next`, 10 %), or makes capacity's input (`capacity.page_input`). Meanwhile
+   it reruns the panel's follow fragment every `classes_ui.FOLLOW_S` s, as the browser's timer does: the
+   fragment's id comes from the run's `ForwardMsg.auto_rerun`, and the rerun is a `rerun_script` with that
+   `fragment_id` and `is_auto_rerun`. One client speaks for one tab, one run at a time, so a timer that
+   falls during an input fires when it ends (the browser would send it at once and the server would queue
+   it behind the run).
+   The teacher's session opens `classes?class=CODE&teacher=KEY`, reruns the dashboard fragment every
+   `views/classes.py` REFRESH_S (1.5 s) the same way, and leads the class as in a lesson: "Students follow
+   my step" on, and every `--step-every` s (default: the duration over the lesson's steps) "Next step" and
+   a click on that step in the dashboard's step selector. Following the teacher, every student's follow
+   fragment opens the new step's page within FOLLOW_S s: a burst of page runs, part of a class's load.
+
+Measured, per phase: the students' interaction latency (capacity's: from the input message to the run's
+`script_finished`, page controls only, so the two phases compare the same inputs), page opens and
+navigations, errors (any run not finished, a traceback on the page, another student's prompt, an answer not
+"Sent to your class"), the servers' CPU and peak RSS (capacity's capacity.Sampler) and the load average. For the
+class: the Check, Next, follow and dashboard runs, and the **dashboard latency** of each answer: from the
+end of the student's Check run (the answer is in the database by then: Check's callback writes it) until
+the end of the first dashboard run of the teacher whose "N answered" for that step counts it. An answer's
+place in the count is its rank by the store's time (`k3_answers.at`) among the step's answers. Only
+answers to the step the dashboard shows can be seen there; answers to another step (a student still on
+the previous one) are counted apart.
+
+The database is a fresh SQLite file in a temporary folder (`K3_DATABASE_URL`; with --proxy passed to
+`python -m deploy --database-url`), or --database-url, or --postgres: a private PostgreSQL cluster
+(bench.harness.private_postgres; its own CPU is not in the server's column).
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import random
+import re
+import resource
+import signal
+import sys
+import tempfile
+import time
+from dataclasses import asdict
+from pathlib import Path
+from types import SimpleNamespace
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+from streamlit.proto.BackMsg_pb2 import BackMsg  # noqa: E402
+from streamlit.proto.WidgetStates_pb2 import WidgetState  # noqa: E402
+
+from app import lessons  # noqa: E402
+from app.classes import Store  # noqa: E402
+from bench import capacity  # noqa: E402
+from bench.harness import pct, postgres_bin, private_postgres  # noqa: E402
+from deploy.protocol import Session, next_state  # noqa: E402
+
+LESSON = "sparse-experts"
+# lessons.load caches through Streamlit, which warns once when no script runs (here: always)
+logging.getLogger("streamlit.runtime.scriptrunner_utils.script_run_context").setLevel(logging.ERROR)
+ANSWER_KEY = re.compile(r"^k3_lesson_answer_(?P<lesson>[a-z0-9-]+)_(?P<n>\d+)$")
+SHOWN = re.compile(r"^\*\*Step (\d+):")
+COUNT = re.compile(r"^(\d+) answered, (\d+) right\.")
+
+
+class Tab(Session):
+    """A Session that also runs the timers its browser tab would: `ForwardMsg.auto_rerun` (a fragment with
+    run_every) sets one, `stop_auto_rerun` ends some, and a full run starts them afresh. The app's only such
+    fragments are the panel's follow (classes_ui.FOLLOW_S) and the dashboard (views/classes.py REFRESH_S)."""
+
+    def __init__(self, *a, **kw):
+        super().__init__(*a, **kw)
+        self.timers: dict[str, float] = {}       # fragment id -> interval (s)
+        self.due: dict[str, float] = {}          # fragment id -> when it fires next (perf_counter)
+        self._set: dict[str, float] = {}
+        self._stopped: set[str] = set()
+
+    async def _run(self, bm):
+        self._set, self._stopped = {}, set()
+        run = await super()._run(bm)
+        now = time.perf_counter()
+        if run.status == "full":
+            self.timers, self.due = {}, {}
+        for f, interval in self._set.items():
+            self.timers[f] = interval
+            self.due.setdefault(f, now + interval)
+        for f in self._stopped:
+            self.timers.pop(f, None)
+            self.due.pop(f, None)
+        return run
+
+    def next_due(self) -> float:
+        return min(self.due.values(), default=float("inf"))
+
+    async def fire_due(self):
+        """Rerun every fragment whose timer is due; yields each Run. A timer that fell during a run fires once
+        when it ends (the browser would have sent it, and the server queued it behind the run)."""
+        for f in [f for f, t in self.due.items() if t <= time.perf_counter()]:
+            if f not in self.due:                # a full run in between ended it
+                continue
+            self.due[f] = max(self.due[f] + self.timers[f], time.perf_counter())
+            yield await self.tick(f)
+
+    def _handle(self, msg, run, seen):
+        t = msg.WhichOneof("type")
+        if t == "auto_rerun":
+            self._set[msg.auto_rerun.fragment_id] = msg.auto_rerun.interval
+        elif t == "stop_auto_rerun":
+            self._stopped.update(msg.stop_auto_rerun.fragment_ids)
+        return super()._handle(msg, run, seen)
+
+    async def tick(self, fragment_id: str):
+        """What the browser's timer sends: rerun the fragment, no widget changed."""
+        bm = BackMsg()
+        cs = bm.rerun_script
+        cs.query_string, cs.page_script_hash = self.query_string, self.page_script_hash
+        cs.fragment_id, cs.is_auto_rerun = fragment_id, True
+        cs.context_info.timezone, cs.context_info.locale = "UTC", "en-US"
+        cs.context_info.url = self.http_base + "?" + self.query_string
+        return await self._run(bm)
+
+    def shown_page(self, fallback: str) -> str:
+        return next((p for p, h in self.pages.items() if h == self.page_script_hash), fallback)
+
+    def lesson_step(self) -> tuple[int, object | None]:
+        """The step the lesson's panel shows (from its answer box's key) and that box."""
+        for w in self.widgets.values():
+            m = ANSWER_KEY.match(w.key)
+            if m and m["lesson"] == LESSON:
+                return int(m["n"]), w
+        return 0, None
+
+
+def answer_state(w, q: lessons.Question, rng: random.Random) -> WidgetState:
+    """A plausible answer: a choice's option (right or not), a number or a word."""
+    s = WidgetState(id=w.id)
+    if w.kind == "radio":
+        s.string_value = rng.choice(list(w.proto.options))
+    elif q.kind == "number":
+        s.string_value = str(q.answer if q.answer is not None and rng.random() < 0.6 else rng.randint(1, 120))
+    else:
+        s.string_value = rng.choice(list(q.answers) + ["no idea"])
+    return s
+
+
+async def class_student(i: int, nickname: str, seat: str, code: str, lesson: lessons.Lesson, level: capacity.Level,
+                        base: str, args, t0: float, stop_at: float, rng: random.Random, checks: dict):
+    own = f"zebra{i:03d}"
+    cookie = f"k3_replica={rng.getrandbits(64):016x}" if args.proxy else None
+    page, answered = "routing", set()
+
+    def record(kind, what, run, ok=None, note=""):
+        bad = capacity.foreign_markers(run.texts, own)
+        good = run.ok and not bad and (ok is None or ok)
+        note = f"saw {sorted(bad)[:3]}" if bad else (run.exceptions[0][:200] if run.exceptions else note)
+        level.ops.append(capacity.Op(level.students, i, kind, page, what, run.seconds, run.status, good,
+                                     run.bytes, time.perf_counter() - t0, "" if good else note, s.replica))
+
+    await asyncio.sleep(rng.uniform(0, args.ramp))
+    s = Tab(base, cookie=cookie, timeout=args.timeout)
+    await s.connect()
+    try:
+        run = await s.open(page, {"lesson": LESSON, "lesson_step": "1", "class": code, "seat": seat,
+                                  "preset": "own", "text": capacity.TEMPLATES[i % len(capacity.TEMPLATES)].format(i=i)})
+        n, box = s.lesson_step()
+        # the link's step shows the student's own prompt; a class already led further opens its step's view
+        record("open", page, run, box is not None and (n != 1 or any(own in t for t in run.texts)),
+               "own prompt or the lesson's panel missing")
+        while time.perf_counter() < stop_at:
+            act_at = min(time.perf_counter() + rng.uniform(*args.think), stop_at)
+            while (now := time.perf_counter()) < act_at:        # thinking; the panel's timer goes on
+                if await s.wait_lost(max(0.0, min(s.next_due(), act_at) - now)):
+                    level.ops.append(capacity.Op(level.students, i, "lost", page, "websocket", 0.0, "disconnected",
+                                                 False, 0, time.perf_counter() - t0, "", s.replica))
+                    return
+                async for run in s.fire_due():
+                    page = s.shown_page(page)
+                    record("follow", "follow", run)
+            if time.perf_counter() >= stop_at:
+                break
+            n, box = s.lesson_step()
+            q = lesson.steps[n - 1].question if n else None
+            if box is not None and q is not None and n not in answered and rng.random() < args.answer:
+                run = await s.set_widget(box, answer_state(box, q, rng))
+                record("answer", box.key, run)
+                check = s.find(box.key + "_check")
+                if check is None:
+                    continue
+                run = await s.set_widget(check, next_state(check, rng))
+                sent = any("Sent to your class" in t for t in run.texts)
+                if sent:
+                    checks[(nickname, n)] = time.time()
+                    answered.add(n)
+                record("check", check.key, run, sent, "answer not sent to the class")
+                continue
+            nxt = s.find("k3_lesson_next")
+            if n in answered and nxt is not None and not nxt.proto.disabled and rng.random() < args.next:
+                run = await s.set_widget(nxt, next_state(nxt, rng))
+                page = s.shown_page(page)
+                record("next", "k3_lesson_next", run)
+                continue
+            kind, page, what, run = await capacity.page_input(s, page, rng, args.interact)
+            record(kind, what, run)
+    finally:
+        await s.close()
+
+
+async def teacher(code: str, secret: str, lesson: lessons.Lesson, level: capacity.Level, base: str, args, t0: float,
+                  stop_at: float, rng: random.Random, shown: list):
+    """The dashboard, rerun by its timer; `shown` gets (time, step shown, its answered count) per run."""
+    cookie = f"k3_replica={rng.getrandbits(64):016x}" if args.proxy else None
+    s = Tab(base, cookie=cookie, timeout=args.timeout)
+    await s.connect()
+
+    def read(kind, what, run):
+        texts = [t for t in run.texts if isinstance(t, str)]
+        step = next((int(m[1]) for t in texts if (m := SHOWN.match(t))), None)
+        count = next((int(m[1]) for t in texts if (m := COUNT.match(t))), None)
+        if step is not None and count is not None:
+            shown.append((time.time(), step, count))
+        ok = run.ok and step is not None
+        level.ops.append(capacity.Op(level.students, 0, kind, "classes", what, run.seconds, run.status, ok,
+                                     run.bytes, time.perf_counter() - t0, "" if ok else "no step board", s.replica))
+        return run
+
+    async def click(key, state=None):
+        w = s.find(key)
+        if w is not None:
+            read("lead", key, await s.set_widget(w, state or next_state(w, rng)))
+
+    try:
+        read("dashboard", "open", await s.open("classes", {"class": code, "teacher": secret}))
+        await click("k3_class_lead")                              # "Students follow my step" on
+        step, next_step = 1, t0 + args.step_every
+        while time.perf_counter() < stop_at:
+            await asyncio.sleep(max(0.0, min(s.next_due(), next_step, stop_at) - time.perf_counter()))
+            if time.perf_counter() >= stop_at:
+                break
+            if time.perf_counter() >= next_step:
+                step += 1
+                next_step = next_step + args.step_every if step < len(lesson.steps) else float("inf")
+                await click("k3_class_next")
+                picker = s.find("k3_class_step")
+                if picker is not None and len(picker.proto.options) >= step:
+                    pick = WidgetState(id=picker.id)
+                    pick.string_array_value.data.append(picker.proto.options[step - 1].content)
+                    await click("k3_class_step", pick)
+            async for run in s.fire_due():
+                read("dashboard", "refresh", run)
+    finally:
+        await s.close()
+
+
+def dashboard_latency(answers, checks: dict, shown: list) -> tuple[list[float], int, int]:
+    """Per answer sent (`checks`: (nickname, step) -> end of its Check run): seconds until the first dashboard run
+    whose count for the step includes it. Returns (latencies, answers never shown, answers to a step not shown
+    when they came)."""
+    by_step: dict[int, list] = {}
+    for a in sorted(answers, key=lambda a: a.at):
+        by_step.setdefault(a.step, []).append(a)
+    out, unseen, elsewhere = [], 0, 0
+    for step, rows in by_step.items():
+        views = [(t, c) for t, s, c in shown if s == step]
+        for rank, a in enumerate(rows, 1):
+            t_check = checks.get((a.nickname, step))
+            if t_check is None:
+                continue
+            t_seen = next((t for t, c in views if c >= rank), None)
+            if t_seen is not None:
+                out.append(max(0.0, t_seen - t_check))
+            elif not any(t >= t_check for t, _ in views):
+                elsewhere += 1
+            else:
+                unseen += 1
+    return out, unseen, elsewhere
+
+
+def the_lesson(app_dir: Path) -> lessons.Lesson:
+    return lessons.load(app_dir / "lessons" / f"{LESSON}.toml")
+
+
+async def class_phase(n: int, base: str, sampler: capacity.Sampler, args, rng: random.Random,
+                      url: str) -> tuple[capacity.Level, dict]:
+    lesson = the_lesson(args.app_dir)
+    store = Store(url)
+    info, secret = store.start(LESSON, len(lesson.steps))
+    seats = [(f"student{k:02d}", store.join(info.code, f"student{k:02d}")[2]) for k in range(1, n + 1)]
+    level = capacity.Level(n)
+    level.load_before = os.getloadavg()
+    ru0 = resource.getrusage(resource.RUSAGE_SELF)
+    t0 = time.perf_counter()
+    stop_at = t0 + args.duration
+    sampler.start()
+    checks: dict = {}
+    shown: list = []
+    tasks = [class_student(n + k, nick, key, info.code, lesson, level, base, args, t0, stop_at,
+                           random.Random(rng.random()), checks)
+             for k, (nick, key) in enumerate(seats, 1)]
+    tasks.append(teacher(info.code, secret, lesson, level, base, args, t0, stop_at, random.Random(rng.random()), shown))
+    results = await asyncio.gather(*tasks, return_exceptions=True)
+    for r in results:
+        if isinstance(r, BaseException):
+            level.ops.append(capacity.Op(n, -1, "crash", "", type(r).__name__, 0.0, str(r)[:200], False, 0, 0.0))
+    level.wall = time.perf_counter() - t0
+    level.cores, level.rss_peak = await sampler.stop()
+    ru1 = resource.getrusage(resource.RUSAGE_SELF)
+    level.client_cpu = (ru1.ru_utime + ru1.ru_stime - ru0.ru_utime - ru0.ru_stime) / level.wall
+    level.load_after = os.getloadavg()
+    for op in level.ops:
+        if op.kind == "open" and op.replica:
+            level.spread[op.replica] = level.spread.get(op.replica, 0) + 1
+    answers = store.class_answers(info.id)
+    lat, unseen, elsewhere = dashboard_latency(answers, checks, shown)
+    store.end(info.id)
+    store.engine.dispose()
+
+    def times(kind):
+        xs = [o.seconds for o in level.ops if o.kind == kind and o.ok]
+        return {"n": len(xs), "p50": pct(xs, 50), "p95": pct(xs, 95), "max": max(xs, default=float("nan"))}
+    extra = {"code": info.code, "answers_stored": len(answers), "answers_sent": len(checks),
+             "latency": {"n": len(lat), "p50": pct(lat, 50), "p95": pct(lat, 95), "max": max(lat, default=float("nan")),
+                         "over_2s": sum(x > 2.0 for x in lat), "unseen": unseen, "other_step": elsewhere},
+             "runs": {k: times(k) for k in ("answer", "check", "next", "follow", "dashboard", "lead")},
+             "dashboard_views": len(shown), "latencies": lat}
+    return level, extra
+
+
+def print_report(rows: list[tuple[str, dict]], extra: dict, args) -> None:
+    print(f"\n{'phase':<9} {'students':>8} {'inter':>5} {'p50':>6} {'p95':>6} {'max':>6} | {'nav':>4} {'p95':>6} | "
+          f"{'open p95':>8} | {'err':>3} | {'server CPU':>10} {'RSS peak':>9} | load avg")
+    for name, r in rows:
+        print(f"{name:<9} {r['students']:>8} {r['interactions']:>5} {r['p50']:>6.2f} {r['p95']:>6.2f} {r['max']:>6.2f} | "
+              f"{r['nav_n']:>4} {r['nav_p95']:>6.2f} | {r['open_p95']:>8.2f} | {r['errors']:>3} | "
+              f"{r['cores']:>6.2f} core {r['rss_peak_mb']:>6.0f} MB | {r['load_before']:.1f} -> {r['load_after']:.1f}")
+        for note in r["error_notes"]:
+            print(f"{'':>10}error: {note}")
+        if r["spread"] and len(r["spread"]) > 1:
+            print(f"{'':>10}sessions per replica: {r['spread']}")
+    print("\nclass runs (s):      " + "; ".join(
+        f"{k} {v['n']} p50 {v['p50']:.2f} p95 {v['p95']:.2f} max {v['max']:.2f}" for k, v in extra["runs"].items()))
+    lat = extra["latency"]
+    print(f"answers: {extra['answers_sent']} sent, {extra['answers_stored']} in the database; dashboard latency "
+          f"({lat['n']} answers seen on the dashboard): median {lat['p50']:.2f} s, p95 {lat['p95']:.2f} s, max "
+          f"{lat['max']:.2f} s, {lat['over_2s']} over 2 s; {lat['other_step']} answered a step the dashboard did "
+          f"not show, {lat['unseen']} never seen")
+    base, cls = rows[0][1], rows[1][1]
+    ok = lat["n"] > 0 and lat["max"] <= 2.0
+    print(f"goal: every answer on the dashboard within 2 s: {'met' if ok else 'MISSED'}; interaction p95 "
+          f"{base['p95']:.2f} s without a class, {cls['p95']:.2f} s with one ({cls['p95'] - base['p95']:+.2f} s); "
+          f"errors {base['errors']} and {cls['errors']}")
+
+
+async def main_async(args, url: str) -> int:
+    rng = random.Random(args.seed)
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, asyncio.current_task().cancel)   # servers stopped
+    os.environ["K3_DATABASE_URL"] = url                # the single server inherits it
+    if args.proxy:
+        target = capacity.Proxied(args.proxy, args.app_dir, ("--database-url", url))
+    else:
+        target = capacity.Replica(None, args.app_dir)
+    try:
+        target.wait()
+        base, pids = target.url, target.pids
+        print(f"servers at {base} (pids {pids}); database {url.split('@')[-1]}", flush=True)
+        t = time.perf_counter()
+        bases = [r["url"] for r in target.status["replicas"]] if isinstance(target, capacity.Proxied) else [base]
+        for b in bases:
+            await capacity.warm_up(b, args.timeout, False, rng)
+        print(f"warm-up {time.perf_counter() - t:.0f} s; RSS {capacity.Sampler(pids).now_rss() / 2**20:.0f} MB", flush=True)
+        cap = SimpleNamespace(duration=args.duration, ramp=args.ramp, think=args.think, interact=args.interact,
+                              timeout=args.timeout, proxy=args.proxy, flood=False, kill_one=None)
+        print(f"\nno class: {args.students} students for {args.duration:.0f} s (load average "
+              f"{os.getloadavg()[0]:.1f}) ...", flush=True)
+        level = await capacity.run_level(args.students, base, capacity.Sampler(pids), cap, rng, target)
+        plain = capacity.summary(level, args.goal)
+        print(f"  p95 {plain['p95']:.2f} s over {plain['interactions']} interactions, errors {plain['errors']}", flush=True)
+        print(f"\na class: {args.students} students and a teacher for {args.duration:.0f} s (load average "
+              f"{os.getloadavg()[0]:.1f}) ...", flush=True)
+        level, extra = await class_phase(args.students, base, capacity.Sampler(pids), args, rng, url)
+        cls = capacity.summary(level, args.goal)
+        rows = [("no class", plain), ("class", cls)]
+        print_report(rows, extra, args)
+        print(f"\nmachine: {os.cpu_count()} cores; load average now {os.getloadavg()}")
+        if args.json:
+            Path(args.json).write_text(json.dumps({
+                "args": {k: (list(v) if isinstance(v, tuple) else v) for k, v in vars(args).items()},
+                "database": url.split("://")[0], "no_class": plain, "class": cls, "class_extra": extra,
+                "ops": [asdict(o) for o in level.ops]}, indent=1, default=str))
+            print(f"wrote {args.json}")
+        return 0 if plain["errors"] == 0 and cls["errors"] == 0 else 1
+    finally:
+        target.stop()
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--students", type=int, default=40, help="students in the class, and without one (default 40)")
+    ap.add_argument("--duration", type=float, default=600.0, help="seconds per phase (default 600)")
+    ap.add_argument("--proxy", type=int, default=0, help="through python -m deploy with this many replicas")
+    ap.add_argument("--postgres", action="store_true", help="a private PostgreSQL cluster as the classes database")
+    ap.add_argument("--database-url", default=None, help="this database instead of a fresh SQLite file")
+    ap.add_argument("--step-every", type=float, default=None,
+                    help="seconds between the teacher's Next step (default: the duration over the lesson's steps)")
+    ap.add_argument("--answer", type=float, default=0.4, help="chance an input answers an unanswered step")
+    ap.add_argument("--next", type=float, default=0.1, help="chance an input presses Next once the step is answered")
+    ap.add_argument("--interact", type=float, default=0.65, help="capacity's share of control changes (default 0.65)")
+    ap.add_argument("--think", default="10,30", help="think time range in seconds (default 10,30)")
+    ap.add_argument("--ramp", type=float, default=10.0, help="students arrive within this many seconds (default 10)")
+    ap.add_argument("--goal", type=float, default=1.5, help="interaction p95 goal in seconds (default 1.5)")
+    ap.add_argument("--timeout", type=float, default=120.0, help="seconds a run may take before it counts as failed")
+    ap.add_argument("--app-dir", type=Path, default=ROOT,
+                    help="the app to serve (default this checkout), e.g. a snapshot that edits in progress do not "
+                         "reach: git ls-files -co --exclude-standard | tar -cT - | tar -x -C /tmp/k3-snap")
+    ap.add_argument("--seed", type=int, default=18)
+    ap.add_argument("--json", default=None, help="write every measurement here")
+    args = ap.parse_args()
+    args.think = tuple(float(x) for x in args.think.split(","))
+    if args.step_every is None:
+        args.step_every = args.duration / len(the_lesson(args.app_dir).steps)
+    with contextlib.ExitStack() as stack:
+        if args.postgres:
+            bin_dir = postgres_bin()
+            if bin_dir is None:
+                ap.error("--postgres: no PostgreSQL server programs (initdb) found")
+            url = stack.enter_context(private_postgres(bin_dir))
+        elif args.database_url:
+            url = args.database_url
+        else:
+            url = f"sqlite:///{stack.enter_context(tempfile.TemporaryDirectory(prefix='k3-class-'))}/classes.sqlite"
+        return asyncio.run(main_async(args, url))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
