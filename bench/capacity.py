@@ -362,6 +362,19 @@ async def flooder(level: Level, base: str, args, t_level: float, stop_at: float,
         await s.close()
 
 
+async def close_level(level: Level, t0: float, sampler: "Sampler", ru0) -> None:
+    """A level's wall time, the servers' cores and peak RSS, this client's CPU, the load average after it, and
+    how the sessions' page opens spread over the replicas."""
+    level.wall = time.perf_counter() - t0
+    level.cores, level.rss_peak = await sampler.stop()
+    ru1 = resource.getrusage(resource.RUSAGE_SELF)
+    level.client_cpu = (ru1.ru_utime + ru1.ru_stime - ru0.ru_utime - ru0.ru_stime) / level.wall
+    level.load_after = os.getloadavg()
+    for op in level.ops:
+        if op.kind == "open" and op.replica:
+            level.spread[op.replica] = level.spread.get(op.replica, 0) + 1
+
+
 async def run_level(n: int, base: str, sampler: Sampler, args, rng: random.Random, target) -> Level:
     level = Level(n)
     level.load_before = os.getloadavg()
@@ -391,14 +404,7 @@ async def run_level(n: int, base: str, sampler: Sampler, args, rng: random.Rando
     await asyncio.gather(*tasks)
     if killer is not None:
         killer.cancel()
-    level.wall = time.perf_counter() - t0
-    level.cores, level.rss_peak = await sampler.stop()
-    ru1 = resource.getrusage(resource.RUSAGE_SELF)
-    level.client_cpu = (ru1.ru_utime + ru1.ru_stime - ru0.ru_utime - ru0.ru_stime) / level.wall
-    level.load_after = os.getloadavg()
-    for op in level.ops:
-        if op.kind == "open" and op.replica:
-            level.spread[op.replica] = level.spread.get(op.replica, 0) + 1
+    await close_level(level, t0, sampler, ru0)
     if isinstance(target, Proxied) and level.killed:
         alive = [r for r in target.status["replicas"] if r["addr"] not in level.killed]
         level.survivors_healthy = all(healthy(r["addr"]) for r in alive)

@@ -321,14 +321,7 @@ async def class_phase(n: int, base: str, sampler: capacity.Sampler, args, rng: r
     for r in results:
         if isinstance(r, BaseException):
             level.ops.append(capacity.Op(n, -1, "crash", "", type(r).__name__, 0.0, str(r)[:200], False, 0, 0.0))
-    level.wall = time.perf_counter() - t0
-    level.cores, level.rss_peak = await sampler.stop()
-    ru1 = resource.getrusage(resource.RUSAGE_SELF)
-    level.client_cpu = (ru1.ru_utime + ru1.ru_stime - ru0.ru_utime - ru0.ru_stime) / level.wall
-    level.load_after = os.getloadavg()
-    for op in level.ops:
-        if op.kind == "open" and op.replica:
-            level.spread[op.replica] = level.spread.get(op.replica, 0) + 1
+    await capacity.close_level(level, t0, sampler, ru0)
     answers = store.class_answers(info.id)
     lat, unseen, elsewhere = dashboard_latency(answers, checks, shown)
     store.end(info.id)
