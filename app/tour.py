@@ -97,8 +97,8 @@ _WHY = dict((
      "A lesson is a shorter path than the guided tour, written for one class: each step opens a page with the view "
      "set, says what to look at and asks a question whose answer is on that view."),
     ("classes",
-     "With a class, every student types their own sentence into the same model, so one question has as many right "
-     "answers as there are students; the teacher's dashboard shows their spread as it comes in."),
+     "With a class, every student types their own sentence into the same model, so one question can have a different "
+     "right answer for every student; the teacher's dashboard shows their spread as it comes in."),
 ))
 
 TOUR: tuple[Stop, ...] = tuple(Stop(spec.url_path, spec.title, _WHY[spec.url_path]) for spec in PAGES
