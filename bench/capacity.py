@@ -375,13 +375,18 @@ async def close_level(level: Level, t0: float, sampler: "Sampler", ru0) -> None:
             level.spread[op.replica] = level.spread.get(op.replica, 0) + 1
 
 
-async def run_level(n: int, base: str, sampler: Sampler, args, rng: random.Random, target) -> Level:
+def open_level(n: int, sampler: "Sampler", duration: float):
+    """A level of n students begins: its record, this client's CPU so far, its start and end (perf_counter)."""
     level = Level(n)
     level.load_before = os.getloadavg()
     ru0 = resource.getrusage(resource.RUSAGE_SELF)
     t0 = time.perf_counter()
-    stop_at = t0 + args.duration
     sampler.start()
+    return level, ru0, t0, t0 + duration
+
+
+async def run_level(n: int, base: str, sampler: Sampler, args, rng: random.Random, target) -> Level:
+    level, ru0, t0, stop_at = open_level(n, sampler, args.duration)
     events: dict = {}
     tasks = [asyncio.create_task(student(i + 1, level, base, args, t0, random.Random(rng.random()), stop_at, events))
              for i in range(n)]

@@ -55,7 +55,6 @@ import logging
 import os
 import random
 import re
-import resource
 import signal
 import sys
 import tempfile
@@ -305,12 +304,7 @@ async def class_phase(n: int, base: str, sampler: capacity.Sampler, args, rng: r
     store = Store(url)
     info, secret = store.start(LESSON, len(lesson.steps))
     seats = [(f"student{k:02d}", store.join(info.code, f"student{k:02d}")[2]) for k in range(1, n + 1)]
-    level = capacity.Level(n)
-    level.load_before = os.getloadavg()
-    ru0 = resource.getrusage(resource.RUSAGE_SELF)
-    t0 = time.perf_counter()
-    stop_at = t0 + args.duration
-    sampler.start()
+    level, ru0, t0, stop_at = capacity.open_level(n, sampler, args.duration)
     checks: dict = {}
     shown: list = []
     tasks = [class_student(n + k, nick, key, info.code, lesson, level, base, args, t0, stop_at,

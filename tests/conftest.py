@@ -72,14 +72,18 @@ def server():
         yield base
 
 
+def missing(what: str, required_by: str, install: str) -> None:
+    """A tool the tests need is not installed: a failure where the environment requires it (CI), else a skip."""
+    if os.environ.get(required_by):
+        pytest.fail(f"{required_by} is set but {what} was not found ({install})")
+    pytest.skip(f"{what} not found ({install}); its tests skipped")
+
+
 @pytest.fixture(scope="session")
 def browser():
     exe = chromium_path()
     if exe is None:
-        if os.environ.get("K3_REQUIRE_BROWSER"):
-            pytest.fail("K3_REQUIRE_BROWSER is set but no chromium was found")
-        pytest.skip("no chromium found (install Debian's chromium: apt-get install -y chromium); "
-                    "browser tests skipped")
+        missing("chromium", "K3_REQUIRE_BROWSER", "apt-get install -y chromium")
     from playwright.sync_api import sync_playwright
     with sync_playwright() as p:
         br = p.chromium.launch(executable_path=exe, headless=True, args=CHROMIUM_FLAGS)
@@ -95,9 +99,7 @@ def postgres_url():
     from bench.harness import postgres_bin, private_postgres
     bin_dir = postgres_bin()
     if bin_dir is None:
-        if os.environ.get("K3_REQUIRE_POSTGRES"):
-            pytest.fail("K3_REQUIRE_POSTGRES is set but no PostgreSQL server was found")
-        pytest.skip("no PostgreSQL server found (apt-get install -y postgresql); PostgreSQL tests skipped")
+        missing("a PostgreSQL server", "K3_REQUIRE_POSTGRES", "apt-get install -y postgresql")
     with private_postgres(bin_dir) as url:
         yield url
 
