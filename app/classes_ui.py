@@ -8,6 +8,7 @@ session keeps it for the other pages. "Link to this view" leaves all three out (
 from __future__ import annotations
 
 import functools
+import logging
 
 import streamlit as st
 
@@ -21,6 +22,8 @@ K_SENT = "_k3_class_sent"       # {(lesson, step): True | error message} for the
 K_AT = "_k3_class_at"           # the (code, step) last written as the student's step
 K_LEAD_TO = "_k3_class_lead_to" # the teacher's step the class line found the student away from
 K_LESSON = "_k3_class_lesson"   # the student's class's lesson: {name: Lesson} (a lesson written in the app included)
+K_AHEAD = "_k3_class_ahead"     # the (lesson, step, prompt) whose next step this session asked the server to prepare
+_LOG = logging.getLogger(__name__)
 FOLLOW_S = 3                    # how often a student's panel looks for the teacher's step
 
 
@@ -196,6 +199,7 @@ def _follow(name: str, n: int) -> None:
             st.session_state[K_AT] = (info.code, n)
         except Unavailable:
             pass
+    prepare_next(class_lesson(info), n, f"{info.code}:{seat.id}")
     lead = f" · the teacher leads: step {info.step}" if info.lead else ""
     st.caption(f":material/groups: Class **{info.code}** as **{md_escape(seat.nickname, classes.MAX_NICKNAME)}**"
                f"{lead}")
@@ -204,6 +208,29 @@ def _follow(name: str, n: int) -> None:
         # a page switched from it kept the old step in the address bar
         st.session_state[K_LEAD_TO] = info.step
         st.rerun(scope="app")
+
+
+def prepare_next(lesson: lessons.Lesson | None, n: int, who: str) -> None:
+    """Ask the server to compute, while it is idle, what step n + 1 will show this student (their own sentence):
+    when the teacher moves the class on, ~40 pages open at once, and each finds its model run and charts ready
+    instead of computing them all in the same seconds. Steps on pages without a prepared view ask for nothing.
+    Asked once per step and sentence (this runs every FOLLOW_S s)."""
+    from app import live, ui
+    prompt = st.session_state.get(ui.K_PROMPT)          # the sentence the student's page read last
+    if lesson is None or prompt is None or n >= len(lesson.steps) or lesson.steps[n].page != "routing":
+        return
+    asked = (lesson.name, n, prompt.ids)
+    if st.session_state.get(K_AHEAD) == asked:
+        return
+    st.session_state[K_AHEAD] = asked
+    from app.routing_view import step_ahead
+    raw = st.query_params.get(ui.TOKEN.param)
+    token = int(raw) if raw is not None and raw.isdigit() and len(raw) < 7 else None
+    try:
+        live.prefetch_for(who, prompt.ids, step_ahead(prompt, token, dict(lesson.steps[n].params),
+                                                      st.context.theme.type))
+    except Exception:       # noqa: BLE001 - a prepared view is a saving, never a reason for the student's page to fail
+        _LOG.exception("preparing the next lesson step failed")
 
 
 def lead_to() -> int | None:

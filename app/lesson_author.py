@@ -3,7 +3,8 @@ Streamlit); the editor is app/lesson_author_ui.py.
 
 A draft is checked by writing its file and reading that back with app/lessons.py, so an author gets the same
 problems, with the same lines, as a file in lessons/ would, and a draft that checks is exactly the file a
-teacher downloads or starts a class with.
+teacher downloads or starts a class with. A file a teacher opens is checked the same way before it becomes a
+draft, and a step's view values are the page's own link parameters (app/page_controls.py).
 """
 from __future__ import annotations
 
@@ -12,8 +13,10 @@ import math
 import re
 from dataclasses import dataclass, field
 
-from app import lessons
+from app import lessons, state
 from app.lessons import Lesson, LessonError, Problem
+from app.navigation import PAGES
+from app.page_controls import link_controls
 
 # The keys a question of each kind is written with, in the order a hand-written file has them.
 _QUESTION_ORDER = {"choice": ("kind", "ask", "options", "answer", "explanation"),
@@ -23,7 +26,7 @@ _BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
 _INT_TEXT = re.compile(r"^-?[1-9]\d{0,17}$|^0$")
 _FLOAT_TEXT = re.compile(r"^-?\d+\.\d+$")
 _INTS_TEXT = re.compile(r"^(?:0|[1-9]\d{0,8})(?:,(?:0|[1-9]\d{0,8}))+$")
-
+_VIEWS = {p.url_path: p.path for p in PAGES}
 
 @dataclass
 class DraftStep:
@@ -69,7 +72,7 @@ def _whole(s: str) -> str:
 def _basic(s: str) -> str:
     """A TOML basic string ("..."): JSON's escapes are TOML's, except that TOML also wants DEL escaped."""
     out = json.dumps(_whole(str(s)), ensure_ascii=False).replace("\x7f", "\\u007f")
-    # lessons._Lines takes an odd count of ''' on a key's line for the start of a multi-line string
+    # lessons_file.Lines takes an odd count of ''' on a key's line for the start of a multi-line string
     return out.replace("'", "\\u0027") if "'''" in out else out
 
 
@@ -197,6 +200,101 @@ def by_step(draft: Draft, name: str, problems: list[Problem]) -> dict[int | None
         i = max((n for n, at in enumerate(starts) if at <= p.line), default=None)
         found.setdefault(i, []).append(p)
     return found
+
+
+# ---- opening a file -----------------------------------------------------------------------------------------
+
+def file_name(upload: str) -> str:
+    """A lesson's name from the name of a file a teacher opens ("Sparse experts (1).toml" -> "sparse-experts-1",
+    as a browser names a second download)."""
+    stem = re.sub(r"\.toml$", "", upload.replace("\\", "/").rsplit("/", 1)[-1], flags=re.I)
+    return stem if lessons.NAME.match(stem) else suggest_name(stem)
+
+
+def read_file(data: bytes, upload: str) -> Lesson | LessonError:
+    """The lesson of a file a teacher opens, checked as a file of lessons/ is (lessons.load: its size, UTF-8,
+    lessons.parse), so a bad one gets every problem with its line and nothing of it is used."""
+    name = file_name(upload)
+    if len(data) > lessons.MAX_BYTES:
+        return LessonError(name, [Problem(1, f"the file is {len(data):,} bytes; a lesson file holds at most "
+                                             f"{lessons.MAX_BYTES:,}")])
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        return LessonError(name, [Problem(data[:e.start].count(b"\n") + 1, "not UTF-8 text (save the file as "
+                                                                           "UTF-8)")])
+    text = text.removeprefix("\ufeff")          # the byte-order mark some Windows editors write first
+    try:
+        return lessons.parse(text, name)
+    except LessonError as e:
+        return e
+    except Exception as e:                      # noqa: BLE001 - a file lessons.parse did not foresee: said, not raised
+        return LessonError(name, [Problem(1, f"the file could not be checked ({type(e).__name__}: "
+                                             f"{str(e)[:120]}); compare it with a lesson of lessons/")])
+
+
+def free_name(name: str, taken: set[str]) -> str:
+    """`name`, or `<name>-copy` (then -copy-2, …) when a lesson of lessons/ has it: a link names one lesson."""
+    if name not in taken:
+        return name
+    stem = name[:30].rstrip("-")
+    return next(n for n in (f"{stem}-copy", *(f"{stem}-copy-{i}" for i in range(2, 1000))) if n not in taken)
+
+
+# ---- a step's view values -------------------------------------------------------------------------------------
+
+def view_controls(step: DraftStep) -> dict[str, state.Control]:
+    """The link parameters a step may set: its page's controls (app/page_controls.py) in the order the page declares
+    them, the shared sentence and token only where the step sets them (each student types their own). Raises
+    page_controls.DeclarationError when the page's declaration cannot be read."""
+    if step.page not in _VIEWS:
+        return {}
+    shared = {c.param for c in state.carried()}
+    have = {k for k, _ in step.params}
+    return {k: c for k, c in link_controls(_VIEWS[step.page]).items() if k not in shared or k in have}
+
+
+def link_options(c: state.Control) -> list[str] | None:
+    """The link texts a control with a fixed list of values takes, its default left out (an empty value is the
+    default); None for one whose value is typed (a number, a list, a text)."""
+    if isinstance(c, state.Flag):
+        return [c.dump(not c.default)]
+    if isinstance(c, state.Choice):
+        return [c.dump(o) for o in c.options if o != c.default]
+    return None
+
+
+def allowed(c: state.Control) -> str:
+    """What a control takes and what an empty value means, read from the page's declaration."""
+    if isinstance(c, state.Int):
+        takes = f"a whole number from {c.lo} to {c.hi}"
+    elif isinstance(c, state.Index):
+        takes = "a position: 0 for the first, then 1, 2 …"
+    elif isinstance(c, state.Flag):
+        takes = "on or off"
+    elif isinstance(c, state.Choice):
+        shown = [c.dump(o) for o in c.options]
+        takes = "one of " + ", ".join(shown[:24]) + (f" … ({len(shown)} in all)" if len(shown) > 24 else "")
+    elif isinstance(c, state.Ints):
+        takes = f"whole numbers from {c.lo} to {c.hi}, separated by commas (at most {c.most})"
+    elif isinstance(c, state.Choices):
+        takes = "any of " + ", ".join(c.options) + ", separated by commas"
+    elif isinstance(c, state.Text):
+        takes = f"a text of at most {c.most} characters"
+    else:
+        takes = "a value the page's link takes"
+    default = None if c.default is None else c.dump(c.default)
+    return f"{c.label}: {takes}. Empty: the page's default" + (f" ({default})." if default else ".")
+
+
+def with_values(params: list[tuple[str, str]], typed: dict[str, str]) -> list[tuple[str, str]]:
+    """A step's link values after the teacher set `typed` (parameter -> text; empty: the page's default): a value
+    keeps its place, a new one follows in `typed`'s order (the page's). Text is trimmed, never corrected: the
+    check names a value the page would not take, with its line."""
+    have = {k for k, _ in params}
+    out = [(k, typed[k].strip() if k in typed else v) for k, v in params]
+    out += [(k, v.strip()) for k, v in typed.items() if k not in have]
+    return [(k, v) for k, v in out if v]
 
 
 def suggest_name(title: str) -> str:

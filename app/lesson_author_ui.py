@@ -2,10 +2,12 @@
 pages, drawn by streamlit_app.py) and the editor on the Lessons page.
 
 The draft (app/lesson_author.py) lives in the session, so in this browser tab only: a reload or a closed tab loses
-it, and the downloaded file is what keeps it. A step keeps the page and its link's values as they were when its
-view was added, less the app's own parameters and the shared sentence and token (each student types their own).
-A draft is checked by lessons.parse on the file it makes; one that checks can be previewed (the sidebar's lesson
-panel follows it, app/lessons_ui.keep_draft), downloaded, or taught (app/classes_ui.start).
+it, and the downloaded file is what keeps it; opening that file (or a copy of a lesson of lessons/) makes it the
+draft again (app/lesson_draft.py). A step keeps the page and its link's values as they were when its view was added, less the app's own
+parameters and the shared sentence and token (each student types their own); the editor shows a box per link
+parameter of the page to change them. A draft is checked by lessons.parse on the file it makes; one that checks can
+be previewed (the sidebar's lesson panel follows it, app/lessons_ui.keep_draft), downloaded, or taught
+(app/classes_ui.start).
 
 The editor's widgets are seeded from the draft when they have no state (the first draw, or after another page,
 where Streamlit forgot them) and written back after each draw, so the draft always holds what is on the screen.
@@ -15,21 +17,28 @@ from __future__ import annotations
 import streamlit as st
 
 from app import lessons, state
-from app.lesson_author import Draft, DraftStep, by_step, check, suggest_name, to_toml
+from app.lesson_author import (
+    Draft,
+    DraftStep,
+    allowed,
+    by_step,
+    check,
+    link_options,
+    suggest_name,
+    to_toml,
+    view_controls,
+    with_values,
+)
+from app.lesson_draft import K_AUTHOR, W, editing, file_name, forget_widgets, opener, plural, problem_list
 from app.lessons import KINDS, VIEW_VALUES, Lesson
 from app.navigation import PAGES
+from app.page_controls import DeclarationError
 from app.text import code_span, md_escape
 
-K_AUTHOR = "_k3_author"             # {"draft": Draft, "next": the next step's key, "checked": show the problems}
 K_ADDED = "_k3_author_added"        # the number of the step the sidebar's button just added
-W = "k3_author_"                    # the prefix of the editor's widget keys (all dropped when the draft is)
 EDITOR = "views/lessons.py"
 _TITLES = {p.url_path: p.title for p in PAGES if p.url_path not in ("lessons", "classes")}   # pages with a view
 _KIND_NAMES = {"none": "No question", "choice": "Choice", "number": "Number", "text": "Text"}
-
-
-def _author() -> dict:
-    return st.session_state.setdefault(K_AUTHOR, {"draft": Draft(), "next": 0, "checked": False})
 
 
 def draft() -> Draft | None:
@@ -47,7 +56,7 @@ def view_params() -> list[tuple[str, str]]:
 
 
 def _add(here: str) -> None:
-    author = _author()
+    author = editing()
     steps = author["draft"].steps
     if len(steps) >= lessons.MAX_STEPS:
         return
@@ -166,22 +175,62 @@ def _question(step: DraftStep) -> None:
 
 
 def _move(i: int, by: int) -> None:
-    steps = _author()["draft"].steps
+    steps = editing()["draft"].steps
     steps[i], steps[i + by] = steps[i + by], steps[i]
 
 
 def _remove(i: int) -> None:
-    del _author()["draft"].steps[i]
+    del editing()["draft"].steps[i]
+
 
 
 def _discard() -> None:
     st.session_state.pop(K_AUTHOR, None)
-    for key in [k for k in st.session_state if str(k).startswith(W)]:
-        del st.session_state[key]
+    forget_widgets()
 
 
-def _problem_list(problems) -> str:
-    return "\n".join(f"- {md_escape(str(p), 300)}" for p in problems)
+
+def _checking() -> None:
+    editing()["checked"] = True          # a changed view value is checked at once, so a bad one is named on its step
+
+
+def _values(step: DraftStep) -> None:
+    """A box per link parameter of the step's page, seeded with the step's values; a choice from a fixed list is a
+    select box, anything typed is checked by the lesson check as a file's value is (each box's help says what the
+    page's declaration takes)."""
+    try:
+        controls = view_controls(step)
+    except DeclarationError as e:
+        st.caption(f":material/rule: The page's controls could not be read, so its values cannot be changed here: "
+                   f"{md_escape(str(e), 200)}")
+        return
+    have = dict(step.params)
+    names = [*controls, *(k for k in have if k not in controls)]      # one the page lacks: shown, to be emptied
+    if not names:                                                     # a page whose view has no values of its own
+        return
+    typed = {}
+    with st.expander("Change the view's values", icon=":material/tune:"):
+        st.caption("Empty: the page's default. Each box's :material/help: says what the page takes; a value it does "
+                   "not take is named on this step.")
+        columns = st.columns(3)
+        for n, name in enumerate(names):
+            c, now, key = controls.get(name), have.get(name, ""), f"{W}{step.key}_v_{name}"
+            options = link_options(c) if c is not None else None
+            with columns[n % 3]:
+                if c is None:
+                    typed[name] = _bound(st.text_input, key, now, f"{md_escape(name, 40)} (not on this page)",
+                                         on_change=_checking, help=f"the page {step.page} has no link parameter of "
+                                                                   "this name: empty it")
+                elif options is None:
+                    typed[name] = _bound(st.text_input, key, now, f"{c.label} ({name})", placeholder="default",
+                                         help=allowed(c), on_change=_checking)
+                else:
+                    default = "default" if c.default is None else f"{c.dump(c.default)} (default)"
+                    typed[name] = _bound(st.selectbox, key, now, f"{c.label} ({name})",
+                                         ["", *options, *([now] if now and now not in options else [])],
+                                         format_func=lambda v, default=default: v or default, help=allowed(c),
+                                         on_change=_checking)
+    step.params = with_values(step.params, typed)
 
 
 def _step(i: int, step: DraftStep, last: int):
@@ -196,8 +245,9 @@ def _step(i: int, step: DraftStep, last: int):
                       icon=":material/arrow_downward:", type="tertiary")
             st.button("Remove", key=f"{W}{step.key}_remove", on_click=_remove, args=(i,),
                       icon=":material/delete:", type="tertiary")
-        st.caption("Opens the page" + _params_text(step.params) + ". To change the view, set it on the page and "
-                   "add it again.")
+        opens = st.empty()                       # said once the boxes below have set the values
+        _values(step)
+        opens.caption("Opens the page" + _params_text(step.params) + ".")
         step.note = _bound(st.text_area, f"{W}{step.key}_note", step.note, "Note, shown in the sidebar (Markdown)",
                            max_chars=lessons.MAX_NOTE, height=110,
                            placeholder="what to look at on this view, and why",
@@ -221,15 +271,12 @@ def _go(lesson: Lesson, text: str, teach: bool) -> None:
         st.switch_page("views/classes.py")
 
 
-def _plural(n: int, word: str) -> str:
-    return f"{n} {word}{'' if n == 1 else 's'}"
-
 
 def _verdict(d: Draft, name: str, result, slots) -> None:
     """The check's outcome under the buttons: every problem by the step it is in, and each step's in its box."""
     if isinstance(result, Lesson):
         asked = sum(s.question is not None for s in result.steps)
-        st.success(f"The lesson checks: {_plural(len(result.steps), 'step')}, {_plural(asked, 'question')}. Its link: "
+        st.success(f"The lesson checks: {plural(len(result.steps), 'step')}, {plural(asked, 'question')}. Its link: "
                    f"{code_span(lessons.step_url(result, 1), 300)} after the app's address.",
                    icon=":material/check_circle:")
         return
@@ -237,20 +284,24 @@ def _verdict(d: Draft, name: str, result, slots) -> None:
     parts = []
     for at, found in sorted(problems.items(), key=lambda kv: -1 if kv[0] is None else kv[0]):
         if at is not None:
-            slots[at].warning(_problem_list(found), icon=":material/rule:")
+            slots[at].warning(problem_list(found), icon=":material/rule:")
         where = "The lesson" if at is None else f"Step {at + 1} ({_TITLES.get(d.steps[at].page, '?')})"
-        parts.append(f"**{where}**\n\n{_problem_list(found)}")
-    st.warning(f"{_plural(len(result.problems), 'problem')} to fix before a student can follow it; each names its "
+        parts.append(f"**{where}**\n\n{problem_list(found)}")
+    st.warning(f"{plural(len(result.problems), 'problem')} to fix before a student can follow it; each names its "
                "line in the lesson file (Show the lesson file, below).\n\n" + "\n\n".join(parts), icon=":material/rule:")
 
 
-def editor() -> None:
-    """The editor of the session's draft (the Lessons page's "Write a lesson")."""
-    author = _author()
-    d: Draft = author["draft"]
+# ---- the editor -----------------------------------------------------------------------------------------------
+
+def editor(ready: dict[str, Lesson] | None = None) -> None:
+    """The editor of the session's draft (the Lessons page's "Write a lesson"); `ready`: the lessons of lessons/
+    that check, each of which can be opened as a copy."""
+    author = editing()
     st.caption("Open any page, set its view, and press **Add this view to a lesson** in the sidebar: each view "
-               "becomes a step here. The draft lives in this browser tab (a reload or a closed tab loses it); "
-               "download the lesson file to keep it.")
+               "becomes a step here. Or open a lesson file to go on with it. The draft lives in this browser tab (a "
+               "reload or a closed tab loses it); download the lesson file to keep it.")
+    opener(author, ready or {})
+    d: Draft = author["draft"]
     c1, c2 = st.columns([3, 2])
     d.title = _bound(c1.text_input, f"{W}title", d.title, "Title", max_chars=lessons.MAX_TITLE,
                      placeholder="such as Sparse experts in 15 minutes")
@@ -258,7 +309,7 @@ def editor() -> None:
     author["name"] = _bound(c2.text_input, f"{W}name", author.get("name", ""), "File name", max_chars=40,
                             placeholder=suggested, help="lower-case letters, digits and hyphens: the lesson's name "
                                                         "in its link and its file in lessons/")
-    name = author["name"].strip() or suggested
+    name = file_name(author)
     d.summary = _bound(st.text_area, f"{W}summary", d.summary, "Summary (Markdown)", max_chars=lessons.MAX_SUMMARY,
                        height=68, placeholder="one or two sentences: what the class will see")
     if not d.steps:

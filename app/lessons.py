@@ -1,6 +1,7 @@
 """Lessons: a title, a summary and ordered steps, each a page with its view (the link's parameters), a note and
-optionally a question. Pure (no Streamlit): reading and checking a lesson file, the link of a step, the lesson
-and step a link names, and checking a student's answer. The panel that follows a lesson is app/lessons_ui.py.
+optionally a question. Pure (no Streamlit): reading and checking a lesson file (each value's own check, with the
+line it is written on, is app/lessons_file.py), the link of a step, the lesson and step a link names, and checking a
+student's answer. The panel that follows a lesson is app/lessons_ui.py.
 
 A lesson is a TOML file in lessons/ whose name (without .toml) is the lesson's name in the link:
 
@@ -31,12 +32,12 @@ import functools
 import math
 import re
 import tomllib
-import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlencode
 
-from app import state
+from app.controls import Int
+from app.lessons_file import NESTED, Lines, Problem, check_params, text_problem, too_deep
 from app.navigation import PAGES
 from app.text import code_span
 
@@ -76,9 +77,6 @@ VIEW_VALUES = {
                                             "differently (What the re-routing changed)"),
     "prompt_tokens": ViewValue("routing", "the tokens of the sentence the Routing explorer runs"),
 }
-# Markup that an author's Markdown may not hold: raw HTML (Streamlit would show it as text at best), pictures
-# fetched from elsewhere, script links.
-_HOSTILE = re.compile(r"<[A-Za-z/!?]|!\[|javascript:|data:text/html", re.I)
 
 
 # ---- the lesson -------------------------------------------------------------------------------------------
@@ -120,15 +118,6 @@ class Lesson:
     steps: tuple[Step, ...]
 
 
-@dataclass(frozen=True)
-class Problem:
-    line: int
-    message: str
-
-    def __str__(self) -> str:
-        return f"line {self.line}: {self.message}"
-
-
 class LessonError(Exception):
     """A lesson file with problems; `problems` holds every one found, each with its line."""
 
@@ -137,140 +126,9 @@ class LessonError(Exception):
         self.name, self.problems = name, problems
 
 
-# ---- where a key is written: the line a problem names -----------------------------------------------------
-
-_HEADER = re.compile(r"^\s*(\[\[?)\s*([^\]]+?)\s*\]\]?\s*(?:#.*)?$")
-_KEY = re.compile(r"""^\s*((?:[A-Za-z0-9_-]+|"[^"]*"|'[^']*')(?:\s*\.\s*(?:[A-Za-z0-9_-]+|"[^"]*"|'[^']*'))*)\s*=""")
-_INLINE_KEY = re.compile(r"""[{,]\s*([A-Za-z0-9_-]+|"[^"]*")\s*=""")
-
-
-def _key_path(raw: str) -> tuple[str, ...]:
-    return tuple(part.strip().strip("\"'") for part in raw.split("."))     # a dot inside a quoted key: not used here
-
-
-class _Lines:
-    """The line of every table header and key of a lesson file, by its path: ("title",), ("steps", 2),
-    ("steps", 2, "question", "answer"). Lines inside multi-line strings (a note's text) are not keys."""
-
-    def __init__(self, text: str):
-        self.at: dict[tuple, int] = {}
-        table: tuple = ()
-        steps = -1
-        inside = None                                  # the delimiter of the multi-line string we are in
-        for n, line in enumerate(text.splitlines(), 1):
-            if inside is not None:
-                if line.count(inside) % 2:
-                    inside = None
-                continue
-            header = _HEADER.match(line)
-            if header and not _KEY.match(line):
-                path = _key_path(header.group(2))
-                if header.group(1) == "[[" and path == ("steps",):
-                    steps += 1
-                    table = ("steps", steps)
-                elif path[:1] == ("steps",) and steps >= 0:
-                    table = ("steps", steps, *path[1:])
-                else:
-                    table = path
-                self.at.setdefault(table, n)
-                continue
-            key = _KEY.match(line)
-            if key is None:
-                continue
-            path = (*table, *_key_path(key.group(1)))
-            self.at.setdefault(path, n)
-            rest = line[key.end():]
-            for inner in _INLINE_KEY.finditer(rest):                   # params = { layer = 46, k = 8 }
-                self.at.setdefault((*path, inner.group(1).strip("\"'")), n)
-            for delim in ('"""', "'''"):
-                if rest.count(delim) % 2:
-                    inside = delim
-                    break
-
-    def line(self, *path) -> int:
-        """The line of the key at `path`, or of the nearest table or key above it that is written; 1 if none."""
-        while path:
-            if path in self.at:
-                return self.at[path]
-            path = path[:-1]
-        return 1
-
-
 # ---- checking a file ----------------------------------------------------------------------------------------
 
-def _text_problem(value, most: int, one_line: bool = False) -> str | None:
-    """Why an author's text cannot be shown, or None."""
-    if not isinstance(value, str):
-        return f"must be text (in quotes), not {type(value).__name__}"
-    if not value.strip():
-        return "is empty"
-    if len(value) > most:
-        return f"is {len(value):,} characters long; at most {most:,} fit"
-    if one_line and "\n" in value.strip():
-        return "must be one line"
-    if any(unicodedata.category(ch) == "Cc" and ch not in "\n\t" for ch in value):
-        return "holds control characters (invisible, not text)"
-    if _HOSTILE.search(value):
-        return "holds HTML, a picture or a script link, which a lesson may not show (write plain Markdown)"
-    return None
-
-
-def _raw_link_value(value) -> str | None:
-    """A TOML value as the text a link would hold, or None when no link could hold it."""
-    if isinstance(value, bool):
-        return "on" if value else "off"
-    if isinstance(value, (int, str)):
-        return str(value)
-    if isinstance(value, float):
-        return repr(value) if math.isfinite(value) else None
-    if isinstance(value, list) and all(isinstance(v, (int, str)) and not isinstance(v, bool) for v in value):
-        return ",".join(map(str, value))
-    return None
-
-
-def _reason(note: str) -> str:
-    """A page's link notice as the reason a lesson value is wrong: what the page would do about it is cut."""
-    s = re.sub(r"\\(.)", r"\1", note)                                       # md_escape's backslashes
-    s = re.sub(r"^The link(?:'s| asks for)\s+", "", s)
-    s = re.sub(r"(?:[:;,.]\s*|\s+)(?:showing|so it was|search for it|using|ignored)\b.*$", "", s, flags=re.I | re.S)
-    return s.rstrip(" .:;,")
-
-
-def _check_params(page: str, params, lines: _Lines, i: int) -> tuple[tuple[tuple[str, str], ...], list[Problem]]:
-    from app.page_controls import DeclarationError, link_controls
-    where = ("steps", i, "params")
-    if not isinstance(params, dict):
-        return (), [Problem(lines.line(*where), f"step {i + 1}: params must be a table, such as {{ layer = 46 }}")]
-    try:
-        controls = link_controls(_PAGES[page].path)
-    except DeclarationError as e:
-        return (), [Problem(lines.line(*where), f"step {i + 1}: {e}")]
-    link, problems = [], []
-    for name, value in params.items():
-        at = lines.line(*where, name)
-        c = controls.get(name)
-        if c is None:
-            problems.append(Problem(at, f"step {i + 1}: the page {page} has no link parameter {name!r}; its "
-                                        f"parameters are {', '.join(sorted(controls))}"))
-            continue
-        raw = _raw_link_value(value)
-        if raw is None:
-            problems.append(Problem(at, f"step {i + 1}: {name} = {value!r} is not a value a link can hold"))
-            continue
-        parsed, note = c.parse(raw)
-        if parsed is None or note:
-            reason = _reason(note or "not a value this page takes")
-            if isinstance(c, state.Choice) and "not one of" not in reason:
-                reason += f"; it takes {', '.join(c.dump(o) for o in c.options[:12])}{' …' if len(c.options) > 12 else ''}"
-            problems.append(Problem(at, f"step {i + 1}: {name} = {raw}: {reason}"))
-            continue
-        text = state.link_text(c, c.normal(parsed))
-        if text is not None:
-            link.append((name, text))
-    return tuple(link), problems
-
-
-def _check_question(q, lines: _Lines, i: int, page=None) -> tuple[Question | None, list[Problem]]:
+def _check_question(q, lines: Lines, i: int, page=None) -> tuple[Question | None, list[Problem]]:
     where = ("steps", i, "question")
 
     def problem(key: str | None, message: str) -> Problem:
@@ -286,7 +144,7 @@ def _check_question(q, lines: _Lines, i: int, page=None) -> tuple[Question | Non
     for key, most in (("ask", MAX_ASK), ("explanation", MAX_EXPLANATION)):
         if key not in q:
             problems.append(problem(None, f"{key} is missing"))
-        elif (why := _text_problem(q[key], most)) is not None:
+        elif (why := text_problem(q[key], most)) is not None:
             problems.append(problem(key, f"{key} {why}"))
     fields: dict = {}
     answer = q.get("answer")
@@ -296,7 +154,7 @@ def _check_question(q, lines: _Lines, i: int, page=None) -> tuple[Question | Non
             problems.append(problem("options", f"options must be a list of {MIN_OPTIONS} to {MAX_OPTIONS} texts"))
             options = []
         for n, option in enumerate(options):
-            if (why := _text_problem(option, MAX_OPTION, one_line=True)) is not None:
+            if (why := text_problem(option, MAX_OPTION, one_line=True)) is not None:
                 problems.append(problem("options", f"option {n} {why}"))
         if isinstance(answer, bool) or not isinstance(answer, int):
             problems.append(problem("answer" if "answer" in q else None,
@@ -332,7 +190,7 @@ def _check_question(q, lines: _Lines, i: int, page=None) -> tuple[Question | Non
                                     f"answers must be a list of 1 to {MAX_ANSWERS} accepted answers"))
             answers = []
         for n, text in enumerate(answers):
-            if (why := _text_problem(text, MAX_ANSWER, one_line=True)) is not None:
+            if (why := text_problem(text, MAX_ANSWER, one_line=True)) is not None:
                 problems.append(problem("answers", f"accepted answer {n} {why}"))
         fields = {"answers": tuple(a for a in answers if isinstance(a, str))}
     if problems:
@@ -347,18 +205,21 @@ def parse(text: str, name: str) -> Lesson:
                                             "hyphens (at most 40): it is the lesson's name in the link")])
     try:
         data = tomllib.loads(text)
+    except RecursionError:                  # tomllib reads nested arrays and tables by recursion
+        raise LessonError(name, [Problem(too_deep(text), f"values nested more than {NESTED} deep: no lesson's value "
+                                                         "is")]) from None
     except tomllib.TOMLDecodeError as e:
         at = re.search(r"line (\d+)", str(e))
         line = int(at.group(1)) if at else max(1, text.count("\n") + 1)
         raise LessonError(name, [Problem(line, f"not valid TOML: {re.sub(r' [(]at .*[)]$', '', str(e))}")]) from None
-    lines, problems = _Lines(text), []
+    lines, problems = Lines(text), []
     for key in data:
         if key not in ("title", "summary", "steps"):
             problems.append(Problem(lines.line(key), f"unknown key {key!r} (a lesson has title, summary and steps)"))
     for key, most in (("title", MAX_TITLE), ("summary", MAX_SUMMARY)):
         if key not in data:
             problems.append(Problem(1, f"{key} is missing"))
-        elif (why := _text_problem(data[key], most, one_line=key == "title")) is not None:
+        elif (why := text_problem(data[key], most, one_line=key == "title")) is not None:
             problems.append(Problem(lines.line(key), f"{key} {why}"))
     raw_steps = data.get("steps")
     if not isinstance(raw_steps, list) or not raw_steps:
@@ -376,6 +237,7 @@ def parse(text: str, name: str) -> Lesson:
         found = [Problem(lines.line("steps", i, k), f"step {i + 1}: unknown key {k!r} (a step has "
                                                     f"{', '.join(_STEP_KEYS)})") for k in raw if k not in _STEP_KEYS]
         page = raw.get("page")
+        page = page if isinstance(page, str) else repr(page)      # a list or a table is no page (and not hashable)
         if "page" not in raw:
             found.append(Problem(head, f"step {i + 1}: page is missing"))
         elif page not in _PAGES:
@@ -383,11 +245,11 @@ def parse(text: str, name: str) -> Lesson:
                                                                   f"are {', '.join(_PAGES)}"))
         if "note" not in raw:
             found.append(Problem(head, f"step {i + 1}: note is missing"))
-        elif (why := _text_problem(raw["note"], MAX_NOTE)) is not None:
+        elif (why := text_problem(raw["note"], MAX_NOTE)) is not None:
             found.append(Problem(lines.line("steps", i, "note"), f"step {i + 1}: note {why}"))
         link: tuple = ()
         if page in _PAGES and "params" in raw:
-            link, bad = _check_params(page, raw["params"], lines, i)
+            link, bad = check_params(_PAGES[page], raw["params"], lines, i)
             found += bad
         question = None
         if "question" in raw:
@@ -466,7 +328,7 @@ def read_link(raw_name: str | None, raw_step: str | None,
     if isinstance(found, LessonError):
         return None, 0, [f"The link's lesson {code_span(raw_name)} has problems in its file, so it was not started; "
                          "the Lessons page lists them."]
-    step = state.Int(STEP_PARAM, 1, "lesson step", lo=1, hi=len(found.steps))
+    step = Int(STEP_PARAM, 1, "lesson step", lo=1, hi=len(found.steps))
     n, note = step.parse("1" if raw_step is None else raw_step)
     return found, 1 if n is None else n, [note] if note else []
 

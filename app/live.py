@@ -187,7 +187,10 @@ def _forward(ids: tuple[int, ...], options: RunOptions) -> K3Output:
 def _resume(ids: tuple[int, ...], from_layer: int, options: RunOptions) -> K3Output:
     base, model = forward(ids), live().model              # cached: fetched before taking the lock
     with computing():
-        ready = _prefetcher.take((ids, from_layer, options))   # computed while the server was idle
+        key = (ids, from_layer, options)                      # computed while the server was idle?
+        ready = _prefetcher.take(key)
+        if ready is None:
+            ready = _ahead.take(key)
         return ready if ready is not None else model.resume(base, from_layer, options=options)
 
 
@@ -236,8 +239,9 @@ GROUP = "prefetch"
 
 
 class Prefetcher:
-    def __init__(self, group: str = GROUP) -> None:
-        self.group = group
+    def __init__(self, group: str = GROUP, keep: int = KEEP) -> None:
+        self.group, self.keep = group, keep
+        self._groups = {group}                              # every group its jobs were queued under
         self._ready: dict[tuple, K3Output] = {}
         self._handed: dict[tuple, None] = {}              # an ordered set: oldest first
         self._named: set[tuple] = set()                     # the re-runs the newest wishes name
@@ -246,14 +250,17 @@ class Prefetcher:
 
     def stop(self, timeout: float = 10.0) -> None:
         """Drop the wishes and wait for the one under way."""
-        jobs.drop(self.group)
-        jobs.settle(self.group, timeout)
+        for group in list(self._groups):
+            jobs.drop(group)
+        for group in list(self._groups):
+            jobs.settle(group, timeout)
 
-    def want(self, wishes: list[tuple]) -> None:
+    def want(self, wishes: list[tuple], who: str | None = None) -> None:
         """Replace the wish list: (key, base forward, model[, then]) per re-run, key = (ids, from_layer, options);
         `then(run)`, if given, is called with the computed run afterwards, outside the model's lock (the page
         builds what it will show from that run: app.live.derived keeps it beside the run). A wish whose key is
-        None computes nothing on the model: it is then(base)."""
+        None computes nothing on the model: it is then(base). `who`: the wishes replace only that asker's earlier
+        ones, and the runs they name are not preferred over others when the oldest ready run goes."""
         if not self.enabled:
             return
         items = []
@@ -269,15 +276,18 @@ class Prefetcher:
                     items.append(("then", functools.partial(then, base)))
                 else:
                     items.append((f"re-run {key[1:]}", functools.partial(self._compute, key, base, model, then)))
-            self._named = {w[0] for w in wishes if w[0] is not None}
-        jobs.replace(self.group, jobs.Kind.PREFETCH, items)
+            if who is None:
+                self._named = {w[0] for w in wishes if w[0] is not None}
+            group = self.group if who is None else f"{self.group}:{who}"
+            self._groups.add(group)
+        jobs.replace(group, jobs.Kind.PREFETCH, items)
 
     def _compute(self, key: tuple, base: K3Output, model: K3Model, then) -> None:
         with computing():
             out = model.resume(base, key[1], options=key[2])
         with self._lock:
             self._ready[key] = out
-            while len(self._ready) > KEEP:               # the oldest the newest wishes do not name goes first
+            while len(self._ready) > self.keep:               # the oldest the newest wishes do not name goes first
                 old = [k for k in self._ready if k not in self._named] or list(self._ready)
                 self._ready.pop(old[0])
         if then is not None and not jobs.active("model") and not jobs.active("awaited"):
@@ -305,6 +315,10 @@ class Prefetcher:
 
 
 _prefetcher = Prefetcher()
+# A class's students each ask for their next lesson step (app/classes_ui.py), so that a teacher's Next does not
+# make every student's page compute at once: one wish per student, beside the others', AHEAD_KEEP runs held.
+AHEAD_KEEP = 16
+_ahead = Prefetcher("ahead", keep=AHEAD_KEEP)
 
 
 def prefetch(ids, runs: list[tuple], first=(), last=()) -> None:
@@ -317,3 +331,13 @@ def prefetch(ids, runs: list[tuple], first=(), last=()) -> None:
     _prefetcher.want([(None, base, None, f) for f in first]
                      + [((ids, int(r[0]), r[1]), base, model, *r[2:]) for r in runs]
                      + [(None, base, None, f) for f in last])
+
+
+def prefetch_for(who: str, ids, runs: list[tuple]) -> None:
+    """prefetch's re-runs (from_layer, options[, then]) for one asker (a student's session), beside every other
+    asker's wishes rather than in place of them; the asker's newest call replaces its own earlier wishes."""
+    if not runs:
+        return
+    ids = tuple(int(i) for i in ids)
+    base, model = forward(ids), live().model
+    _ahead.want([((ids, int(r[0]), r[1]), base, model, *r[2:]) for r in runs], who=who)

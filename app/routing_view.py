@@ -15,6 +15,9 @@ from app.charts.linked import linked_figure
 from app.live import derived, forward, live
 from app.routing_cache import heldout_ready, heldout_table
 from app.text import token_text
+from model.k3 import RunOptions
+
+VIEW = "views/routing.py"
 
 
 def _cfg():
@@ -124,3 +127,29 @@ def layer_ahead(prompt, token: int, layer: int, colour_by: str, picked: int | No
         if heldout_ready():
             heldout_table(layer, lv_.expert)
     return build
+
+
+def step_ahead(prompt, token: int | None, params: dict[str, str], theme: str | None) -> list[tuple]:
+    """The re-run a lesson step on this page would show for `prompt`, and the page's charts of it, as
+    app.live.prefetch_for's runs: [(from_layer, options, then(run))], or [] when the step's view re-routes nothing.
+    `params`: the step's link values, read by the page's own declared controls (app.page_controls), defaults for
+    the rest, as the page would read the link."""
+    from app.page_controls import link_controls
+    controls = link_controls(VIEW)
+    v = {name: c.default for name, c in controls.items()}
+    for name, raw in params.items():
+        if name in controls:
+            value, _ = controls[name].parse(raw)
+            if value is not None:
+                v[name] = value
+    cfg = _cfg()
+    settings = rt.normalise(rt.Rerouting(v["k"], v["bias"], v["dense"], tuple(v["ko"]), tuple(v["force"]),
+                                         v["scope"]), cfg)[0]
+    layer = v["layer"]
+    plan = settings.plan(layer, cfg)
+    if plan is None:
+        return []
+    if token is None or not 0 <= token < len(prompt.ids):
+        token = len(prompt.ids) - 1                 # as the page starts a new prompt: at its last token
+    build = build_ahead(prompt, token, layer, v["colour"], v["expert"], theme)
+    return [(plan[0], RunOptions(plan[1]), lambda run: build(settings, run))]

@@ -11,8 +11,8 @@ slider's lo and hi, a Choice's options), so it is not written twice:
 
 A range that depends on the page now (the prompt's tokens) is given where the control is drawn.
 
-A control is a link parameter with a default, a range and the notice that a bad link value gets. The
-declaration registers the parameter (a link parameter no control declares is reported and dropped), reads
+A control (app/controls.py) is a link parameter with a default, a range and the notice that a bad link value
+gets. The declaration registers the parameter (a link parameter no control declares is reported and dropped), reads
 the link when it holds a value this page did not write itself (a shared link, a link from another page,
 a reload), and writes every value back into the link as the person changes it (defaults are left out, so
 links stay short).
@@ -27,16 +27,20 @@ The prompt and the token are shared by every page (one owner each): `prompt_inpu
 """
 from __future__ import annotations
 
-import math
-import re
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import streamlit as st
 
-from app.text import clean_text, code_span, md_escape
+from app.controls import FALSE_WORDS, TRUE_WORDS, Control, Index, Int, Ints, as_typed, link_text, shown
+
+# Re-exported ("X as X"), with the classes above: a page declares every control as state.Int(...), state.Flag(...)
+# beside state.page(...), from one import.
+from app.controls import Choice as Choice
+from app.controls import Choices as Choices
+from app.controls import Flag as Flag
+from app.controls import Text as Text
 
 _STORE = "_k3_state"            # {namespace: {param: value}}
 _WRITTEN = "_k3_link_written"   # {namespace: {param: the string this page last put in the link}}
@@ -48,212 +52,6 @@ APP_PARAMS = frozenset({"embed", "embed_options", "present", "lesson", "lesson_s
 # the values Streamlit's front end reads for them (embed_options may be given several times)
 EMBED_OPTIONS = frozenset({"show_toolbar", "show_padding", "disable_scrolling", "light_theme", "dark_theme",
                            "hide_loading_screen", "show_loading_screen_v1", "show_loading_screen_v2"})
-_INT = re.compile(r"^[+-]?\d{1,9}$")
-_OPTION_WIDGETS = {"select_slider", "segmented_control", "pills", "selectbox", "radio"}   # take (label, options)
-_TRUE, _FALSE = {"1", "true", "on", "yes"}, {"0", "false", "off", "no"}
-
-
-def _shown(raw) -> str:
-    return md_escape(raw, 40)
-
-
-def _code(raw) -> str:
-    """A rejected value quoted as typed (a code span: no escapes shown)."""
-    return code_span(raw, 40)
-
-
-# ---- controls: a parameter, its default, its range, its notice -----------------------------------------
-
-@dataclass(frozen=True)
-class Control:
-    param: str
-    default: Any
-    label: str                         # how a notice names it ("top-k", "layer")
-    shared: bool = False               # one value for every page (the prompt, the token)
-    key: str | None = None             # the widget key, when it is not "<page prefix>_<param>"
-    link: bool = True                  # False: kept in the session only (a running animation)
-
-    def parse(self, raw: str) -> tuple[Any, str | None]:
-        """(the value to use, or None to keep the current one; a notice for the page, or None)."""
-        raise NotImplementedError
-
-    def dump(self, value) -> str:
-        return str(value)
-
-    def normal(self, value):
-        """The stored form of a value (e.g. a set of experts kept sorted)."""
-        return value
-
-    def widget_range(self, widget: str) -> tuple:
-        """The positional range a widget of this name takes, read from the declaration (so a draw call does not
-        repeat it): (lo, hi) for a slider of an Int, the options for a Choice. () when it has none."""
-        return ()
-
-    def fit(self, value, options: Sequence | None):
-        """The value moved into `options` (a range that depends on the page, e.g. the prompt's tokens)."""
-        if options is None or value in options:
-            return value
-        return _nearest(value, list(options), self.default)
-
-
-def _nearest(value, options: list, fallback):
-    if not options:
-        return fallback
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and all(
-            isinstance(o, (int, float)) and not isinstance(o, bool) for o in options):
-        return min(options, key=lambda o: (abs(o - value), o))
-    return fallback if fallback in options else options[0]
-
-
-@dataclass(frozen=True)
-class Int(Control):
-    lo: int = 0
-    hi: int = 0
-
-    def widget_range(self, widget: str) -> tuple:
-        return (self.lo, self.hi) if widget == "slider" else ()
-
-    def parse(self, raw, whose: str = "The link's", hi: int | None = None):
-        """`hi`: a tighter upper end that the page knows now (the blocks of the matrix shown)."""
-        hi = self.hi if hi is None else min(hi, self.hi)
-        raw = str(raw).strip()
-        if not _INT.match(raw):
-            return None, f"{whose} {self.label} {_code(raw)} is not a whole number, so it was ignored."
-        v = int(raw)
-        if v < self.lo or v > hi:
-            c = min(max(v, self.lo), hi)
-            return c, f"{whose} {self.label} {v} is outside {self.lo}–{hi}: showing {c} instead."
-        return v, None
-
-
-@dataclass(frozen=True)
-class Index(Control):
-    """A position whose range depends on the page (a token of the prompt): any whole number >= 0 is
-    read; `fit` clamps it to the range and the draw says so when the link's value moved."""
-
-    def parse(self, raw, whose: str = "The link's", hi: int | None = None):
-        raw = str(raw).strip()
-        if not _INT.match(raw):
-            return None, f"{whose} {self.label} {_code(raw)} is not a position (0, 1, 2 …), so it was ignored."
-        if int(raw) < 0:
-            return 0, f"{whose} {self.label} {int(raw)} is before the first: positions start at 0, showing 0."
-        if hi is not None and int(raw) > hi:
-            return hi, f"{whose} {self.label} {int(raw)} is outside 0–{hi}: showing {hi} instead."
-        return int(raw), None
-
-
-@dataclass(frozen=True)
-class Choice(Control):
-    """One of a fixed list: names (matched without case) or numbers (the nearest is taken)."""
-    options: tuple = ()
-
-    def widget_range(self, widget: str) -> tuple:
-        return (list(self.options),) if widget in _OPTION_WIDGETS else ()
-
-    def parse(self, raw):
-        raw_s = str(raw).strip()
-        opts = list(self.options)
-        if all(isinstance(o, str) for o in opts):
-            for o in opts:
-                if o.lower() == raw_s.lower():
-                    return o, None
-            return None, (f"The link's {self.label} {_code(raw_s)} is not one of "
-                          f"{', '.join(map(str, opts[:8]))}{' …' if len(opts) > 8 else ''}, so it was ignored.")
-        try:
-            v = float(raw_s)
-        except ValueError:
-            v = math.nan
-        if not math.isfinite(v):
-            return None, f"The link's {self.label} {_code(raw_s)} is not a number, so it was ignored."
-        for o in opts:
-            if float(o) == v:
-                return o, None
-        near = _nearest(v, opts, self.default)
-        return near, f"The link's {self.label} {_shown(raw_s)} is not available here; showing {near} instead."
-
-    def dump(self, value):
-        return f"{value:g}" if isinstance(value, float) else str(value)
-
-
-@dataclass(frozen=True)
-class Flag(Control):
-    def parse(self, raw):
-        raw_s = str(raw).strip().lower()
-        if raw_s in _TRUE:
-            return True, None
-        if raw_s in _FALSE:
-            return False, None
-        return None, f"The link's {self.label} setting {_code(raw_s)} is not on/off, so it was ignored."
-
-    def dump(self, value):
-        return "on" if value else "off"
-
-
-@dataclass(frozen=True)
-class Ints(Control):
-    """A list of distinct whole numbers in lo..hi (experts to knock out), at most `most` of them."""
-    lo: int = 0
-    hi: int = 0
-    most: int = 64
-    ordered: bool = False              # True: the order means something (kept as given)
-
-    def normal(self, value):
-        return list(value) if self.ordered else sorted(value)
-
-    def parse(self, raw, whose: str = "The link's"):
-        items = [x.strip() for x in str(raw).replace(";", ",").replace(" ", ",").split(",") if x.strip()]
-        good, junk, outside, notes = [], [], [], []
-        for x in items:
-            if not _INT.match(x):
-                junk.append(x)
-            elif not self.lo <= int(x) <= self.hi:
-                outside.append(x)
-            elif int(x) not in good:
-                good.append(int(x))
-        if junk:
-            notes.append(f"{whose} {self.label} list had entries that are not whole numbers "
-                         f"({_shown(', '.join(junk[:5]))}): ignored.")
-        if outside:
-            notes.append(f"{whose} {self.label} list named values outside {self.lo}–{self.hi} "
-                         f"({_shown(', '.join(outside[:5]))}): ignored.")
-        if len(good) > self.most:
-            notes.append(f"{whose} {self.label} list was cut to its first {self.most} entries.")
-            good = good[:self.most]
-        return good, " ".join(notes) or None
-
-    def dump(self, value):
-        return ",".join(map(str, value))
-
-
-@dataclass(frozen=True)
-class Choices(Control):
-    """Several of a fixed list of names (a filter), written as a comma-separated list."""
-    options: tuple = ()
-
-    def parse(self, raw):
-        by_name = {o.lower(): o for o in self.options}
-        parts = [p.strip().lower() for p in str(raw).split(",") if p.strip()]
-        good = [by_name[p] for p in dict.fromkeys(parts) if p in by_name]
-        bad = [p for p in parts if p not in by_name]
-        note = (f"The link's {self.label} has parts this page does not know ({_shown(', '.join(bad[:5]))}); "
-                f"it knows {', '.join(self.options)}.") if bad else None
-        if not good and bad:
-            return None, note
-        return good, note
-
-    def dump(self, value):
-        return ",".join(value)
-
-
-@dataclass(frozen=True)
-class Text(Control):
-    most: int = 200
-
-    def parse(self, raw):
-        text, notes = clean_text(raw, self.most)
-        if notes:
-            return text, f"The link's {self.label}: " + " ".join(notes)
-        return text, None
 
 
 # ---- the store --------------------------------------------------------------------------------------------
@@ -264,11 +62,6 @@ def _store(ns: str) -> dict:
 
 def _written(ns: str) -> dict:
     return st.session_state.setdefault(_WRITTEN, {}).setdefault(ns, {})
-
-
-def link_text(c: Control, value) -> str | None:
-    """What the link holds for a control's value: None for the default (left out, so links stay short)."""
-    return None if value is None or value == c.default else c.dump(value)
 
 
 def _write_link(ns: str, c: Control, value, page_ns: str) -> None:
@@ -380,8 +173,8 @@ class View:
             value = c.default if default is None else default
         fitted = c.fit(value, options)
         if fitted != value and param in self.from_link:
-            notice(f"The link asked for {c.label} {_shown(value)}, which is not available here: showing "
-                   f"{_shown(fitted)} instead.")
+            notice(f"The link asked for {c.label} {shown(value)}, which is not available here: showing "
+                   f"{shown(fitted)} instead.")
         if not following and (store.get(param) != fitted or st.query_params.get(c.param) is None):
             self.set(param, fitted)
         key = self.key(param)
@@ -465,19 +258,19 @@ def check_app_params() -> None:
     present = st.query_params.get("present")
     if present is not None and present != written.get("_app_present"):
         written["_app_present"] = present
-        if present.strip().lower() not in _TRUE | _FALSE:
-            notice(f"The link's presenter-mode setting {_code(present)} is not on/off, so it was ignored.")
+        if present.strip().lower() not in TRUE_WORDS | FALSE_WORDS:
+            notice(f"The link's presenter-mode setting {as_typed(present)} is not on/off, so it was ignored.")
             del st.query_params["present"]
     embed, options = _embed_params()
     if embed and embed[-1] != written.get("_app_embed"):
         written["_app_embed"] = embed[-1]
         if embed[-1].strip().lower() not in {"true", "false"}:
-            notice(f"The link's embed setting {_code(embed[-1])} is not true or false: the page is shown "
+            notice(f"The link's embed setting {as_typed(embed[-1])} is not true or false: the page is shown "
                    f"{'alone' if st.context.is_embedded else 'with its navigation'}.")
     bad = [o for o in options if o not in EMBED_OPTIONS]
     if bad and ",".join(options) != written.get("_app_embed_options"):
         written["_app_embed_options"] = ",".join(options)
-        notice(f"The link's embed options {', '.join(_code(o) for o in bad[:5])} are not known, so they were "
+        notice(f"The link's embed options {', '.join(as_typed(o) for o in bad[:5])} are not known, so they were "
                f"ignored; the known ones are {', '.join(sorted(EMBED_OPTIONS))}.")
 
 
@@ -528,7 +321,7 @@ def page(*controls: Control, prefix: str | None = None) -> View:
     known = {c.param for c in controls if c.link} | APP_PARAMS
     unknown = [k for k in st.query_params.keys() if k not in known]
     if unknown:
-        names = ", ".join(_shown(k) for k in unknown[:5]) + (" …" if len(unknown) > 5 else "")
+        names = ", ".join(shown(k) for k in unknown[:5]) + (" …" if len(unknown) > 5 else "")
         notice(f"This page ignored link parameters it does not use: {names}.")
         for k in unknown:
             del st.query_params[k]

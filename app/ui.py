@@ -12,6 +12,7 @@ from app.prompts import DEFAULT_PRESET
 from app.text import clean_text
 
 K_PRESENT = "presenter_mode"
+K_PROMPT = "_k3_prompt"              # the prompt this session's page read last (app.live.Prompt): a class's next step
 # The page icon, served by the app itself: a Material icon as page_icon makes every browser fetch it from a
 # public font host (a third-party request per student that a school's network sees).
 ICON = Path(__file__).resolve().parent.parent / "assets" / "icon.png"
@@ -279,6 +280,7 @@ def prompt_input(view: state.View):
     for note in result.notices:
         st.caption(f":material/content_cut: {note}")
     assert isinstance(result, Prompt)
+    st.session_state[K_PROMPT] = result
     if st.session_state.get(K_PRESENT):          # presenter mode hides the text box: the audience still reads the prompt
         plain_blocks([result.text], "prompt")
     return result

@@ -1,12 +1,14 @@
-"""Lessons (app/lessons.py, app/page_controls.py, app/lessons_ui.py, lessons/*.toml): the shipped lessons validate
-against the pages' own declarations, a malformed file names the right line, answers are checked, the link
-restores the step, and the sidebar panel follows a lesson (AppTest)."""
+"""Lessons (app/lessons.py, app/lessons_file.py, app/page_controls.py, app/lessons_ui.py, lessons/*.toml): the
+shipped lessons validate against the pages' own declarations, a malformed file names the right line, answers are
+checked, the link restores the step, and the sidebar panel follows a lesson (AppTest)."""
 from __future__ import annotations
 
 import pytest
 
 from app import lessons as L
 from app import state
+from app.controls import link_text
+from app.lessons_file import Problem
 from app.navigation import PAGES
 from app.page_controls import link_controls
 from tests.conftest import ROOT, open_app_page
@@ -162,7 +164,7 @@ note = "The second step."
 '''
 
 
-def problems(text: str, name: str = "test") -> list[L.Problem]:
+def problems(text: str, name: str = "test") -> list[Problem]:
     with pytest.raises(L.LessonError) as e:
         L.parse(text, name)
     return e.value.problems
@@ -196,6 +198,12 @@ def test_the_base_file_is_valid():
     ('explanation = "Because."', "", 12, "explanation is missing"),
     ('title = "A lesson"', 'title = ""', 1, "title is empty"),
     ('summary = "What it is about."', 'summary = "x"\nteacher = "me"', 3, "unknown key 'teacher'"),
+    ('page = "balance"', 'page = ["balance"]', 20, "no page \"['balance']\""),     # a list: no page, no TypeError
+    ('page = "balance"', 'page = { name = "balance" }', 20, "no page"),
+    ('kind = "choice"', 'kind = ["choice"]', 13, "is not one of"),
+    ("gamma = 0.01", "gamma = [0.01]", 21, "gamma"),
+    ("answer = 1", "answer = { i = 1 }", 16, "answer must be the index"),
+    ('title = "A lesson"', "title = " + "[" * 5000 + "]" * 5000, 1, "nested more than 50 deep"),
 ])
 def test_a_malformed_file_names_its_line(old, new, line, words):
     assert old in BASE
@@ -272,7 +280,7 @@ def test_the_link_of_every_step_reads_back_to_that_step_and_its_view():
             controls = link_controls(step.view_path)
             for param, text in step.params:
                 value, _ = controls[param].parse(query[param])
-                assert state.link_text(controls[param], controls[param].normal(value)) == text
+                assert link_text(controls[param], controls[param].normal(value)) == text
     assert L.step_url(shipped("sparse-experts"), 3) == "routing?k=8&lesson=sparse-experts&lesson_step=3"
 
 

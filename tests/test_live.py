@@ -201,3 +201,42 @@ def test_the_background_jobs_stop_at_exit_between_jobs():
     jobs.stop()
     assert done == ["base"] and time.monotonic() - t0 >= 0.25     # waited for the job under way, ran no other
     assert jobs.waiting() == [] and jobs._state["thread"] is None
+
+
+def test_a_class_students_next_step_is_prepared_beside_the_others():
+    """Each student's next lesson step (app/classes_ui.py prepare_next): its re-run and the page's charts computed
+    while idle, one wish per student kept beside the others', and the page's own call handed the same run."""
+    from app import routing as rt
+    from app.routing_cache import rerouted
+    from app.routing_view import run_view, step_ahead
+    lv = live.live()
+    cfg = lv.model.cfg
+    pf = live._ahead
+    pf.enabled = True
+    try:
+        prompts = [live.prepare_prompt(t, lv.tokenizer) for t in (PRESETS["Numbers"], "Ein Satz, der anders ist.")]
+        # the sparse-experts lesson's step 4: top-k 8 at layer 46 only
+        runs = [step_ahead(p, None, {"layer": "46", "k": "8", "scope": "only"}, "light") for p in prompts]
+        assert [len(r) for r in runs] == [1, 1]
+        start, options = runs[0][0][:2]
+        assert start == 46 and dict(options.routing) == {46: RoutingOverride(top_k=8, use_bias=True)}
+        assert step_ahead(prompts[0], None, {"layer": "46"}, "light") == []     # the model's own routing: nothing
+        with live.computing():                  # both asked while a computation runs: neither replaces the other
+            for who, p, r in zip(("A:1", "A:2"), prompts, runs):
+                live.prefetch_for(who, p.ids, r)
+        keys = [(tuple(p.ids), 46, options) for p in prompts]
+        assert _wait(lambda: all(pf.ready(k) for k in keys))
+        settings = rt.normalise(rt.Rerouting(top_k=8, scope="only"), cfg)[0]
+        for p, k in zip(prompts, keys):
+            ready = pf._ready[k]
+            assert rerouted(p.ids, 46, settings) is ready and not pf.ready(k)      # handed to the page's cache
+            # the page's results find their charts built (app.live.derived keeps them beside the run)
+            assert _wait(lambda: ("changed", len(p.ids) - 1, 46, None) in live._DERIVED.get(id(ready), {}))
+            rv = run_view(live.forward(p.ids), ready, len(p.ids) - 1, 46, None, "light", True)
+            assert rv.changed is live._DERIVED[id(ready)][("changed", len(p.ids) - 1, 46, None)][1]
+            with torch.inference_mode():
+                full = lv.model(torch.tensor([p.ids]), routing={46: RoutingOverride(top_k=8)})
+            assert torch.equal(ready.logits, full.logits)
+    finally:
+        pf.stop()
+        pf.enabled = live.os.environ.get("K3_PREFETCH", "1") != "0"

@@ -1,5 +1,5 @@
-"""The one state mechanism (app/state.py): parsing of link values, and the view surviving a sequence of
-inputs (AppTest) that lost it before: own text typed after moving the layer and top-k."""
+"""The one state mechanism (app/state.py): parsing of link values (app/controls.py), and the view surviving a
+sequence of inputs (AppTest) that lost it before: own text typed after moving the layer and top-k."""
 from __future__ import annotations
 
 import re

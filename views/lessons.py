@@ -44,7 +44,7 @@ if broken:
                    icon=":material/rule:")
 
 st.subheader("Write a lesson", anchor="write")
-lesson_author_ui.editor()
+lesson_author_ui.editor(ready)
 
 st.subheader("The lesson file format")
 st.markdown(
