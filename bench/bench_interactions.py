@@ -4,6 +4,7 @@
     python bench/bench_interactions.py --n 12 --json /tmp/interactions.json
     python bench/bench_interactions.py --parts interactions  # only the floor and the Routing explorer
     python bench/bench_interactions.py --parts reloads,first --pages overview,routing
+    python bench/bench_interactions.py --parts held          # a slider's arrow key held for 20 steps
 
 What it launches (each on a free loopback port, stopped at the end): `streamlit run bench/floor_app.py`
 (the floor: one slider, one button, one plotly scatter of 896 squares, nothing else: the cheapest rerun
@@ -32,6 +33,9 @@ a burst of load from elsewhere spreads over all of them; the first `--warmup` ro
   back ArrowLeft (17 -> 16); a click on the next token chip (st.pills "Token …"); "Next"; "Knock out N"
   in the expert panel, then "Restore N"; the "Balancing bias" toggle off, then on. Each round ends
   with the routing back at its defaults, so every input is timed from the same kind of state.
+- held key (`--parts held`): on /routing, the "Layer" slider's ArrowRight and the top-k slider's ArrowRight,
+  then ArrowLeft, each pressed HELD_KEYS times HELD_REPEAT_MS apart (a keyboard's auto-repeat), timed from the
+  last key's event until the page shows the value HELD_KEYS steps on, drawn and idle (goal: within 2 s).
 - warm reload: the floor app (a reference, no goal), then every page of app/navigation.py PAGES, each
   visited once, then reloaded (warm-up, then N). Timed from the reload call until the page is drawn and
   quiet (same rule; the ratio column is to the floor app's reload).
@@ -83,6 +87,8 @@ START_LAYER = 20          # the Routing explorer starts here (a MoE layer; two l
 VIEWPORT = {"width": 1400, "height": 2400}
 
 GOAL_KEY, GOAL_CLICK, GOAL_TAIL, GOAL_RELOAD_S, GOAL_FIRST_S = 1.5, 2.5, 2.0, 1.5, 5.0
+GOAL_HELD_S = 2.0
+HELD_KEYS, HELD_REPEAT_MS = 20, 33        # a held arrow key: 20 presses at a keyboard's ~30 per second
 
 
 class BenchError(RuntimeError):
@@ -512,6 +518,67 @@ def act_bias(want_on: bool):
     return act
 
 
+def act_held(patterns, what: str, key: str, shown, expect):
+    """The slider's arrow key pressed HELD_KEYS times, HELD_REPEAT_MS apart; the input event timed is the last
+    one (measure() armed the first: it is armed again before the last press)."""
+    def act(page, before):
+        start = shown(before)
+        slider = by_role(page, "slider", patterns, what, ROUTING_WHERE)
+        slider.focus()
+        for _ in range(HELD_KEYS - 1):
+            page.keyboard.press(key)
+            page.wait_for_timeout(HELD_REPEAT_MS)
+        page.evaluate("window.__bwArm = true; window.__bwInput = null; window.__bwRunEnd = null")
+        page.keyboard.press(key)
+        return expect(start + (HELD_KEYS if key == "ArrowRight" else -HELD_KEYS))
+    return act
+
+
+def expect_k(want: int):
+    def check(page, after):
+        got = shown_k(after)
+        return None if got == want else f"expected top-k {want}, the page shows {after.get('metric')!r}"
+    return check
+
+
+def make_held() -> list[Input]:
+    return [
+        Input(f"routing: Layer slider, ArrowRight held {HELD_KEYS}", "held", "routing",
+              act_held(LAYER_PATTERNS, "the 'Layer' slider", "ArrowRight", shown_layer, expect_layer)),
+        Input(f"routing: top-k slider, ArrowRight held {HELD_KEYS}", "held", "routing",
+              act_held(TOPK_PATTERNS, "the top-k slider", "ArrowRight", shown_k, expect_k)),
+        Input(f"routing: top-k slider, ArrowLeft held {HELD_KEYS}", "held", "routing",
+              act_held(TOPK_PATTERNS, "the top-k slider", "ArrowLeft", shown_k, expect_k)),
+    ]
+
+
+def run_held(browser, app_base: str, n: int, warmup: int, timeout_ms: float, log) -> tuple[list[Input], str | None]:
+    """Each round: the layer held from START_LAYER on, top-k held up from 16 and back down (the page reopened at
+    START_LAYER first, so every round starts from the same view)."""
+    inputs = make_held()
+    ctx, page = new_page(browser)
+    error = None
+    try:
+        for r in range(warmup + n):
+            open_routing(page, app_base, timeout_ms)
+            counted = r >= warmup
+            line = []
+            for inp in inputs:
+                ms, server_ms = measure(page, inp, ROUTING_STATE, timeout_ms)
+                line.append(f"{ms:.0f}")
+                if counted:
+                    inp.samples.append(ms)
+                    if server_ms is not None:
+                        inp.server_ms.append(server_ms)
+            log(f"  round {r + 1}/{warmup + n}{' (warm-up)' if not counted else ''}: " + " ".join(line) + " ms")
+    except Exception as e:                                            # noqa: BLE001 - reported, run goes on
+        error = why(e)
+        log(f"  STOPPED: {error}")
+    finally:
+        ctx.close()
+    return inputs, error
+
+
 def make_inputs() -> list[Input]:
     return [
         Input("floor: slider ArrowRight", "key", "floor", act_floor_key),
@@ -754,6 +821,10 @@ def build_rows(inputs, interactions_error, reloads, reload_errors, first, first_
             if interactions_error:
                 rows.append(error_row(i.name, i.target, "not measured: " + interactions_error))
             continue
+        if i.kind == "held":
+            rows.append(make_row(i.name, "held", i.samples, ref_key, "floor slider key", None, GOAL_HELD_S * 1000,
+                                 False, i.server_ms))
+            continue
         if i.kind == "key":
             ref, ref_name, goal = ref_key, "floor slider key", GOAL_KEY
         else:
@@ -806,7 +877,7 @@ def main() -> int:
     ap.add_argument("--warmup", type=int, default=2, help="uncounted rounds / reloads first (default 2)")
     ap.add_argument("--json", default="", help="write the results here as JSON")
     ap.add_argument("--parts", default="interactions,reloads,first",
-                    help="comma-separated: interactions, reloads, first (default: all three)")
+                    help="comma-separated: interactions, reloads, first, held (default: the first three)")
     ap.add_argument("--think", type=float, default=0.0,
                     help="first visits: seconds spent on each page before opening the next, as a person reading it "
                          "would (default 0: the next page at once)")
@@ -818,8 +889,9 @@ def main() -> int:
     if args.n < 1 or args.warmup < 0:
         ap.error("--n must be >= 1 and --warmup >= 0")
     parts = {p.strip() for p in args.parts.split(",") if p.strip()}
-    if not parts or parts - {"interactions", "reloads", "first"}:
-        ap.error(f"unknown --parts {sorted(parts - {'interactions', 'reloads', 'first'})}")
+    known = {"interactions", "reloads", "first", "held"}
+    if not parts or parts - known:
+        ap.error(f"unknown --parts {sorted(parts - known)}")
     app_dir = Path(args.app_dir).resolve()
     all_pages = load_pages(app_dir)
     wanted = None if args.pages in ("", "all") else [p.strip().strip("/") for p in args.pages.split(",") if p.strip()]
@@ -853,7 +925,7 @@ def main() -> int:
                     log("first visit of each page after a fresh server start:")
                     first, first_errors, first_healthy = run_first_visits(browser, app_dir, pages, timeout_ms, log,
                                                                         args.think)
-                if parts & {"interactions", "reloads"}:
+                if parts & {"interactions", "reloads", "held"}:
                     app = Server(app_dir / "streamlit_app.py", app_dir, "app")
                     servers.append(app)
                     floor = Server(FLOOR_APP, app_dir, "floor")
@@ -864,6 +936,11 @@ def main() -> int:
                         log("interactions, ms per input in the order: " + ", ".join(i.name for i in make_inputs()))
                         inputs, interactions_error = run_interactions(browser, floor.base, app.base, args.n,
                                                                       args.warmup, timeout_ms, log)
+                    if "held" in parts:
+                        log("held keys, ms from the last key, in the order: " + ", ".join(i.name for i in make_held()))
+                        held, held_error = run_held(browser, app.base, args.n, args.warmup, timeout_ms, log)
+                        inputs = inputs + held
+                        interactions_error = interactions_error or held_error
                     if "reloads" in parts:
                         log("warm reloads:")
                         reloads, reload_errors = run_reloads(browser, app.base, pages, args.n, args.warmup,

@@ -180,3 +180,34 @@ def test_the_sparsity_row_spans_both_columns(server, page):
     boxes = [metrics.nth(i).bounding_box() for i in range(metrics.count())]
     right_edge = max(b["x"] + b["width"] for b in boxes)
     assert right_edge - g["x"] >= 0.8 * m["width"]                 # and runs across both columns
+
+
+def _hold(page, name, key: str) -> None:
+    page.get_by_role("slider", name=name).first.focus()
+    for _ in range(20):
+        page.keyboard.press(key)
+        page.wait_for_timeout(33)
+
+
+def test_a_held_arrow_key_leaves_a_working_page(server, page):
+    """The layer's and top-k's arrow keys held (20 presses at a keyboard's repeat rate), three times, end in the
+    view they asked for on a live page. bench/bench_interactions.py --parts held found such holds killing the page
+    ("Cached ForwardMsg MISS": the browser had aged out a chart the server then sent as a reference) with
+    Streamlit's default cache age of 2 runs, which .streamlit/config.toml raises to 20; this test's timing did not
+    reproduce that failure here (the benchmark does, in its second round), so it checks the holds' outcome."""
+    page.goto(server)
+    settle(page)
+    for _ in range(3):
+        page.goto(server + "routing?layer=20")
+        page.wait_for_selector("text=Layer 20: the experts of", timeout=180_000)
+        settle(page)
+        for name, key, param, want in (("Layer", "ArrowRight", "layer", "40"),
+                                       (re.compile("top-k", re.I), "ArrowRight", "k", "36"),
+                                       (re.compile("top-k", re.I), "ArrowLeft", "k", "16")):
+            _hold(page, name, key)
+            page.wait_for_function(f"() => (new URL(location.href).searchParams.get('{param}') || '16') === '{want}'",
+                                   timeout=60_000)
+            settle(page, timeout=30_000)
+            assert page.get_by_text("Connection error").count() == 0, "the page lost its connection"
+        assert page.get_by_text("16 of 896").count() >= 1
+    assert page.locator('[data-testid="stException"]').count() == 0
