@@ -3,11 +3,11 @@ pages, drawn by streamlit_app.py) and the editor on the Lessons page.
 
 The draft (app/lesson_author.py) lives in the session, so in this browser tab only: a reload or a closed tab loses
 it, and the downloaded file is what keeps it; opening that file (or a copy of a lesson of lessons/) makes it the
-draft again (app/lesson_draft.py). A step keeps the page and its link's values as they were when its view was added, less the app's own
-parameters and the shared sentence and token (each student types their own); the editor shows a box per link
-parameter of the page to change them. A draft is checked by lessons.parse on the file it makes; one that checks can
-be previewed (the sidebar's lesson panel follows it, app/lessons_ui.keep_draft), downloaded, or taught
-(app/classes_ui.start).
+draft again (app/lesson_draft.py). A step keeps the page and its link's values as they were when its view was
+added, less the app's own parameters and the shared sentence and token (each student types their own); the editor
+shows a box per link parameter of the page to change them. A draft is checked by lessons.parse on the file it
+makes; one that checks can be previewed (the sidebar's lesson panel follows it, app/lessons_ui.keep_draft),
+downloaded, or taught (app/classes_ui.start).
 
 The editor's widgets are seeded from the draft when they have no state (the first draw, or after another page,
 where Streamlit forgot them) and written back after each draw, so the draft always holds what is on the screen.

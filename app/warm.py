@@ -12,8 +12,9 @@ st.cache_data) and nothing else. Runs once per process; a failing task is skippe
 
 The tasks are background jobs of kind WARM (app/jobs.py): each starts only once the server has been quiet
 (no visitor's page run or computation on the live model) for IDLE_S, so a visitor who comes meanwhile waits
-for at most the one task already running. The held-out routing, which the Routing explorer's first view
-waits for, is a job of kind AWAITED and starts sooner: once a page has loaded the model (model_loaded).
+for at most the one task already running. Two start sooner, as jobs of kind AWAITED: loading the live model,
+right after the first page run (_model_now), and the held-out routing, which the Routing explorer's first view
+waits for, once the model is loaded (model_loaded).
 """
 from __future__ import annotations
 
@@ -178,5 +179,22 @@ def start() -> bool:
         if os.environ.get("K3_WARM", "1") == "0" or _started:
             return False
         _started = True
+    jobs.submit(jobs.Kind.AWAITED, "warm: the live model, now", _model_now)
     submit()
     return True
+
+
+def _model_now() -> None:
+    """The live model loaded as soon as the worker is free after the first page run, not after a quiet moment:
+    nearly every page needs it, and a visitor's second page often comes before the server has been quiet for
+    IDLE_S. Then the held-out routing, which the Routing explorer's first view waits for. The price: importing
+    torch slows the first page's own first visit a little (its browser is still fetching the charts' code), once
+    per process (docs/PERFORMANCE.md, first visits)."""
+    t0 = time.perf_counter()
+    try:
+        _live()
+        RESULTS["the live model, at once"] = time.perf_counter() - t0
+    except Exception as e:                      # noqa: BLE001 - the page loads it itself and says why
+        RESULTS["the live model, at once"] = f"{type(e).__name__}: {e}"
+        return
+    model_loaded()

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from app import warm
+from app import jobs, warm
 from tests.conftest import ROOT, open_app_page
 
 
@@ -135,10 +135,28 @@ def test_it_starts_once_and_not_when_turned_off(monkeypatch):
     assert warm.start() is False
     monkeypatch.setenv("K3_WARM", "1")
     started = []
-    monkeypatch.setattr(warm, "submit", lambda: started.append(1))
+    monkeypatch.setattr(warm, "submit", lambda: started.append("tasks"))
+    monkeypatch.setattr(warm, "_model_now", lambda: started.append("model"))
     assert warm.start() is True
     assert warm.start() is False
-    assert started == [1]
+    deadline = time.monotonic() + 30
+    while "model" not in started and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert started == ["tasks", "model"]     # the model's job queued beside the tasks, and run at once
+
+
+def test_the_model_loads_right_after_the_first_page_then_the_held_out_routing_starts(monkeypatch):
+    """The model's own job (kind AWAITED: no waiting for a quiet server) loads the live model and then asks for
+    the held-out routing, which the Routing explorer's first view waits for."""
+    from app import live, routing_cache
+    asked = []
+    monkeypatch.setattr(routing_cache, "heldout_soon", lambda: asked.append(1) or True)
+    monkeypatch.setenv("K3_WARM", "1")
+    with jobs.activity("page"):                     # a page still running: a WARM task would wait, this does not
+        job = jobs.submit(jobs.Kind.AWAITED, "test: the model now", warm._model_now)
+        assert job.done.wait(120)
+    assert live.LOADED.is_set() and asked == [1]
+    assert isinstance(warm.RESULTS["the live model, at once"], float)
 
 
 def test_the_held_out_routing_starts_once_a_page_has_loaded_the_model(monkeypatch):
