@@ -1,7 +1,7 @@
 """Classes: a teacher runs a lesson with a class, students join with a short code and a nickname, and their
-answers are kept in a database. Pure (no Streamlit): the schema, the store's operations and the checks of what a
-person types. The pages are views/classes.py (start, join, the teacher's dashboard) and the lesson's panel
-(app/lessons_ui.py).
+answers are kept in a database. Pure (no Streamlit): the store's operations (its tables: app/classes_schema.py)
+and the checks of what a person types. The pages are views/classes.py (start, join, the teacher's dashboard) and
+the lesson's panel (app/lessons_ui.py).
 
 The database is SQLAlchemy's: an SQLite file by default (one process, no set-up), or the URL in the environment
 variable K3_DATABASE_URL (PostgreSQL when the app runs as replicas: `python -m deploy` passes the variable on to
@@ -31,64 +31,31 @@ from pathlib import Path
 import sqlalchemy as sa
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
-SCHEMA_VERSION = 1
+from app.classes_schema import (
+    CODE_LENGTH,
+    MAX_ANSWER,
+    MAX_NICKNAME,
+    SCHEMA_VERSION,
+    answers,
+    classes,
+    meta,
+    schema,
+    students,
+)
+
 DB_ENV = "K3_DATABASE_URL"
 DEFAULT_DB = Path(__file__).resolve().parent.parent / "var" / "classes.sqlite"
 
 # A code is read aloud and typed by a class: no 0/O, 1/I/L, and 31**6 ~ 8.9e8 of them against guessing.
 CODE_ALPHABET = "ABCDEFGHJKMNPQRSTUVWXYZ23456789"
-CODE_LENGTH = 6
 CODE = re.compile(rf"^[{CODE_ALPHABET}]{{{CODE_LENGTH}}}$")
 SECRET = re.compile(r"^[A-Za-z0-9_-]{20,64}$")       # secrets.token_urlsafe(24) is 32 characters
 CLASS_HOURS = 12                                       # a class's code works this long after its start
-MAX_NICKNAME = 24
-MAX_ANSWER = 200                                       # app.lessons.MAX_TYPED
 MAX_STUDENTS = 200
 # joins: a class takes at most JOINS_PER_MINUTE; one process answers at most WRONG_CODES_PER_MINUTE joins
 # with an unknown or expired code (guessing codes gets slow, a class typing theirs is not held up)
 JOINS_PER_MINUTE = 80
 WRONG_CODES_PER_MINUTE = 30
-
-meta = sa.MetaData()
-schema = sa.Table("k3_schema", meta, sa.Column("version", sa.Integer, nullable=False))
-classes = sa.Table(
-    "k3_classes", meta,
-    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
-    sa.Column("code", sa.String(CODE_LENGTH), nullable=False, unique=True),
-    sa.Column("lesson", sa.String(40), nullable=False),
-    sa.Column("lesson_toml", sa.Text, nullable=True),      # a lesson written in the app (not a file of lessons/)
-    sa.Column("steps", sa.Integer, nullable=False),
-    sa.Column("teacher_hash", sa.String(64), nullable=False),
-    sa.Column("step", sa.Integer, nullable=False, default=1),           # the step the teacher leads to
-    sa.Column("lead", sa.Boolean, nullable=False, default=False),       # students follow the teacher's step
-    sa.Column("created", sa.Float, nullable=False),
-    sa.Column("expires", sa.Float, nullable=False),
-)
-students = sa.Table(
-    "k3_students", meta,
-    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
-    sa.Column("class_id", sa.Integer, sa.ForeignKey("k3_classes.id", ondelete="CASCADE"), nullable=False),
-    sa.Column("nickname", sa.String(MAX_NICKNAME), nullable=False),
-    sa.Column("seat_hash", sa.String(64), nullable=False, unique=True),
-    sa.Column("step", sa.Integer, nullable=False, default=1),
-    sa.Column("joined", sa.Float, nullable=False),
-    sa.Column("seen", sa.Float, nullable=False),
-    sa.UniqueConstraint("class_id", "nickname"),
-)
-answers = sa.Table(
-    "k3_answers", meta,
-    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
-    sa.Column("class_id", sa.Integer, sa.ForeignKey("k3_classes.id", ondelete="CASCADE"), nullable=False),
-    sa.Column("student_id", sa.Integer, sa.ForeignKey("k3_students.id", ondelete="CASCADE"), nullable=False),
-    sa.Column("step", sa.Integer, nullable=False),
-    sa.Column("answer", sa.String(MAX_ANSWER), nullable=False),
-    sa.Column("right", sa.Boolean, nullable=True),     # None: not checkable (nothing picked, not a number)
-    sa.Column("truth", sa.Float, nullable=True),       # a question read from the view: what the student's view said
-    sa.Column("at", sa.Float, nullable=False),
-    sa.UniqueConstraint("student_id", "step"),
-)
-sa.Index("k3_answers_by_class", answers.c.class_id, answers.c.step)
-sa.Index("k3_students_by_class", students.c.class_id)
 
 
 class StoreError(Exception):
