@@ -552,6 +552,21 @@ def make_held() -> list[Input]:
     ]
 
 
+def measure_round(inputs, page_of, r: int, rounds: int, counted: bool, timeout_ms: float, log) -> None:
+    """Round r of `rounds`: each input once, on page_of(input) = (page, its state script); its samples kept if counted
+    (not a warm-up round), and the round logged."""
+    line = []
+    for inp in inputs:
+        page, state_js = page_of(inp)
+        ms, server_ms = measure(page, inp, state_js, timeout_ms)
+        line.append(f"{ms:.0f}")
+        if counted:
+            inp.samples.append(ms)
+            if server_ms is not None:
+                inp.server_ms.append(server_ms)
+    log(f"  round {r + 1}/{rounds}{' (warm-up)' if not counted else ''}: " + " ".join(line) + " ms")
+
+
 def run_held(browser, app_base: str, n: int, warmup: int, timeout_ms: float, log) -> tuple[list[Input], str | None]:
     """Each round: the layer held from START_LAYER on, top-k held up from 16 and back down (the page reopened at
     START_LAYER first, so every round starts from the same view)."""
@@ -561,16 +576,7 @@ def run_held(browser, app_base: str, n: int, warmup: int, timeout_ms: float, log
     try:
         for r in range(warmup + n):
             open_routing(page, app_base, timeout_ms)
-            counted = r >= warmup
-            line = []
-            for inp in inputs:
-                ms, server_ms = measure(page, inp, ROUTING_STATE, timeout_ms)
-                line.append(f"{ms:.0f}")
-                if counted:
-                    inp.samples.append(ms)
-                    if server_ms is not None:
-                        inp.server_ms.append(server_ms)
-            log(f"  round {r + 1}/{warmup + n}{' (warm-up)' if not counted else ''}: " + " ".join(line) + " ms")
+            measure_round(inputs, lambda inp: (page, ROUTING_STATE), r, warmup + n, r >= warmup, timeout_ms, log)
     except Exception as e:                                            # noqa: BLE001 - reported, run goes on
         error = why(e)
         log(f"  STOPPED: {error}")
@@ -672,17 +678,8 @@ def run_interactions(browser, floor_base: str, app_base: str, n: int, warmup: in
         for r in range(warmup + n):
             if shown_layer(rpage.evaluate(ROUTING_STATE)) + per_round > last:   # keep clear of the last layer
                 last = open_routing(rpage, app_base, timeout_ms)
-            counted = r >= warmup
-            line = []
-            for inp in inputs:
-                page, state_js = (fpage, FLOOR_STATE) if inp.target == "floor" else (rpage, ROUTING_STATE)
-                ms, server_ms = measure(page, inp, state_js, timeout_ms)
-                line.append(f"{ms:.0f}")
-                if counted:
-                    inp.samples.append(ms)
-                    if server_ms is not None:
-                        inp.server_ms.append(server_ms)
-            log(f"  round {r + 1}/{warmup + n}{' (warm-up)' if not counted else ''}: " + " ".join(line) + " ms")
+            measure_round(inputs, lambda inp: (fpage, FLOOR_STATE) if inp.target == "floor" else (rpage, ROUTING_STATE),
+                          r, warmup + n, r >= warmup, timeout_ms, log)
         for page, where in ((fpage, FLOOR_WHERE), (rpage, ROUTING_WHERE)):
             if page.js_errors:
                 log(f"  note: JavaScript errors on the {where}: {page.js_errors[:3]}")
