@@ -1,5 +1,5 @@
-"""A lesson written in the app: a draft (title, summary, ordered steps) and the lesson file it makes. Pure (no
-Streamlit); the editor is app/lesson_author_ui.py.
+"""A lesson written in the app: a draft (title, summary, ordered steps) and the lesson file it makes. No Streamlit
+calls (the pages' declarations are read through app/page_controls.py); the editor is app/lesson_author_ui.py.
 
 A draft is checked by writing its file and reading that back with app/lessons.py, so an author gets the same
 problems, with the same lines, as a file in lessons/ would, and a draft that checks is exactly the file a
@@ -13,7 +13,7 @@ import math
 import re
 from dataclasses import dataclass, field
 
-from app import lessons, state
+from app import controls, lessons
 from app.lessons import Lesson, LessonError, Problem
 from app.navigation import PAGES
 from app.page_controls import link_controls
@@ -243,43 +243,42 @@ def free_name(name: str, taken: set[str]) -> str:
 
 # ---- a step's view values -------------------------------------------------------------------------------------
 
-def view_controls(step: DraftStep) -> dict[str, state.Control]:
+def view_controls(step: DraftStep) -> dict[str, controls.Control]:
     """The link parameters a step may set: its page's controls (app/page_controls.py) in the order the page declares
     them, the shared sentence and token only where the step sets them (each student types their own). Raises
     page_controls.DeclarationError when the page's declaration cannot be read."""
     if step.page not in _VIEWS:
         return {}
-    shared = {c.param for c in state.carried()}
     have = {k for k, _ in step.params}
-    return {k: c for k, c in link_controls(_VIEWS[step.page]).items() if k not in shared or k in have}
+    return {k: c for k, c in link_controls(_VIEWS[step.page]).items() if not c.shared or k in have}
 
 
-def link_options(c: state.Control) -> list[str] | None:
+def link_options(c: controls.Control) -> list[str] | None:
     """The link texts a control with a fixed list of values takes, its default left out (an empty value is the
     default); None for one whose value is typed (a number, a list, a text)."""
-    if isinstance(c, state.Flag):
+    if isinstance(c, controls.Flag):
         return [c.dump(not c.default)]
-    if isinstance(c, state.Choice):
+    if isinstance(c, controls.Choice):
         return [c.dump(o) for o in c.options if o != c.default]
     return None
 
 
-def allowed(c: state.Control) -> str:
+def allowed(c: controls.Control) -> str:
     """What a control takes and what an empty value means, read from the page's declaration."""
-    if isinstance(c, state.Int):
+    if isinstance(c, controls.Int):
         takes = f"a whole number from {c.lo} to {c.hi}"
-    elif isinstance(c, state.Index):
+    elif isinstance(c, controls.Index):
         takes = "a position: 0 for the first, then 1, 2 …"
-    elif isinstance(c, state.Flag):
+    elif isinstance(c, controls.Flag):
         takes = "on or off"
-    elif isinstance(c, state.Choice):
+    elif isinstance(c, controls.Choice):
         shown = [c.dump(o) for o in c.options]
         takes = "one of " + ", ".join(shown[:24]) + (f" … ({len(shown)} in all)" if len(shown) > 24 else "")
-    elif isinstance(c, state.Ints):
+    elif isinstance(c, controls.Ints):
         takes = f"whole numbers from {c.lo} to {c.hi}, separated by commas (at most {c.most})"
-    elif isinstance(c, state.Choices):
+    elif isinstance(c, controls.Choices):
         takes = "any of " + ", ".join(c.options) + ", separated by commas"
-    elif isinstance(c, state.Text):
+    elif isinstance(c, controls.Text):
         takes = f"a text of at most {c.most} characters"
     else:
         takes = "a value the page's link takes"
