@@ -583,15 +583,20 @@ def cpu_list(s: str) -> set[int]:
     return out
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--levels", default="5,10,20,40", help="students per level (default 5,10,20,40)")
-    ap.add_argument("--duration", type=float, default=75.0, help="seconds per level (default 75)")
+def student_args(ap: argparse.ArgumentParser) -> None:
+    """The options of a simulated student, which bench/class_capacity.py's students share."""
     ap.add_argument("--ramp", type=float, default=10.0, help="students arrive within this many seconds (default 10)")
     ap.add_argument("--think", default="10,30", help="think time range in seconds (default 10,30)")
     ap.add_argument("--interact", type=float, default=0.65, help="share of inputs that change a control (default 0.65)")
     ap.add_argument("--goal", type=float, default=1.5, help="interaction p95 goal in seconds (default 1.5)")
     ap.add_argument("--timeout", type=float, default=120.0, help="seconds a run may take before it counts as failed")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--levels", default="5,10,20,40", help="students per level (default 5,10,20,40)")
+    ap.add_argument("--duration", type=float, default=75.0, help="seconds per level (default 75)")
+    student_args(ap)
     ap.add_argument("--server-cpus", type=cpu_list, default=None, help="pin the server to these cores (e.g. 1 or 0-1)")
     ap.add_argument("--client-cpus", type=cpu_list, default=None, help="pin this client to these cores")
     ap.add_argument("--proxy", type=int, default=0, help="through python -m deploy with this many replicas")

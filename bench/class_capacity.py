@@ -410,11 +410,7 @@ def main() -> int:
                     help="seconds between the teacher's Next step (default: the duration over the lesson's steps)")
     ap.add_argument("--answer", type=float, default=0.4, help="chance an input answers an unanswered step")
     ap.add_argument("--next", type=float, default=0.1, help="chance an input presses Next once the step is answered")
-    ap.add_argument("--interact", type=float, default=0.65, help="capacity's share of control changes (default 0.65)")
-    ap.add_argument("--think", default="10,30", help="think time range in seconds (default 10,30)")
-    ap.add_argument("--ramp", type=float, default=10.0, help="students arrive within this many seconds (default 10)")
-    ap.add_argument("--goal", type=float, default=1.5, help="interaction p95 goal in seconds (default 1.5)")
-    ap.add_argument("--timeout", type=float, default=120.0, help="seconds a run may take before it counts as failed")
+    capacity.student_args(ap)
     ap.add_argument("--app-dir", type=Path, default=ROOT,
                     help="the app to serve (default this checkout), e.g. a snapshot that edits in progress do not "
                          "reach: git ls-files -co --exclude-standard | tar -cT - | tar -x -C /tmp/k3-snap")
