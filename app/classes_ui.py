@@ -215,6 +215,7 @@ def prepare_next(lesson: lessons.Lesson | None, n: int, who: str) -> None:
     when the teacher moves the class on, ~40 pages open at once, and each finds its model run and charts ready
     instead of computing them all in the same seconds. Steps on pages without a prepared view ask for nothing.
     Asked once per step and sentence (this runs every FOLLOW_S s)."""
+    # imported here, not at the top: app.live imports torch, which the first page must not wait for
     from app import live, ui
     prompt = st.session_state.get(ui.K_PROMPT)          # the sentence the student's page read last
     if lesson is None or prompt is None or n >= len(lesson.steps) or lesson.steps[n].page != "routing":
