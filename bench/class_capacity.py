@@ -39,7 +39,8 @@ end of the student's Check run (the answer is in the database by then: Check's c
 the end of the first dashboard run of the teacher whose "N answered" for that step counts it. An answer's
 place in the count is its rank by the store's time (`k3_answers.at`) among the step's answers. Only
 answers to the step the dashboard shows can be seen there; answers to another step (a student still on
-the previous one) are counted apart.
+the previous one) are counted apart. The class's inputs are also reported in two groups: those that started
+within AFTER_NEXT_S (15 s) after a teacher's Next step, and the rest.
 
 The database is a fresh SQLite file in a temporary folder (`K3_DATABASE_URL`; with --proxy passed to
 `python -m deploy --database-url`), or --database-url, or --postgres: a private PostgreSQL cluster
@@ -77,6 +78,7 @@ from deploy.protocol import Session, next_state  # noqa: E402
 LESSON = "sparse-experts"
 # lessons.load caches through Streamlit, which warns once when no script runs (here: always)
 logging.getLogger("streamlit.runtime.scriptrunner_utils.script_run_context").setLevel(logging.ERROR)
+AFTER_NEXT_S = 15.0        # the report's window after each Next step (every student's page opens the new step)
 ANSWER_KEY = re.compile(r"^k3_lesson_answer_(?P<lesson>[a-z0-9-]+)_(?P<n>\d+)$")
 SHOWN = re.compile(r"^\*\*Step (\d+):")
 COUNT = re.compile(r"^(\d+) answered, (\d+) right\.")
@@ -321,6 +323,15 @@ async def class_phase(n: int, base: str, sampler: capacity.Sampler, args, rng: r
     store.end(info.id)
     store.engine.dispose()
 
+    # the students' inputs that started within AFTER_NEXT_S of the teacher's Next step, when every student's page
+    # opens the new step, against the rest: where a class's cost to the others' inputs falls
+    nexts = [o.t for o in level.ops if o.kind == "lead" and o.what == "k3_class_next"]
+    near, rest = [], []
+    for o in level.ops:
+        if o.kind == "interact" and o.ok:
+            start = o.t - o.seconds
+            (near if any(0 <= start - t <= AFTER_NEXT_S for t in nexts) else rest).append(o.seconds)
+
     def times(kind):
         xs = [o.seconds for o in level.ops if o.kind == kind and o.ok]
         return {"n": len(xs), "p50": pct(xs, 50), "p95": pct(xs, 95), "max": max(xs, default=float("nan"))}
@@ -328,7 +339,8 @@ async def class_phase(n: int, base: str, sampler: capacity.Sampler, args, rng: r
              "latency": {"n": len(lat), "p50": pct(lat, 50), "p95": pct(lat, 95), "max": max(lat, default=float("nan")),
                          "over_2s": sum(x > 2.0 for x in lat), "unseen": unseen, "other_step": elsewhere},
              "runs": {k: times(k) for k in ("answer", "check", "next", "follow", "dashboard", "lead")},
-             "dashboard_views": len(shown), "latencies": lat}
+             "dashboard_views": len(shown), "latencies": lat,
+             "after_next": {"n": len(near), "p95": pct(near, 95)}, "other_inputs": {"n": len(rest), "p95": pct(rest, 95)}}
     return level, extra
 
 
@@ -350,6 +362,9 @@ def print_report(rows: list[tuple[str, dict]], extra: dict, args) -> None:
           f"({lat['n']} answers seen on the dashboard): median {lat['p50']:.2f} s, p95 {lat['p95']:.2f} s, max "
           f"{lat['max']:.2f} s, {lat['over_2s']} over 2 s; {lat['other_step']} answered a step the dashboard did "
           f"not show, {lat['unseen']} never seen")
+    near, rest = extra["after_next"], extra["other_inputs"]
+    print(f"inputs starting within {AFTER_NEXT_S:.0f} s after the teacher's Next: {near['n']}, p95 {near['p95']:.2f} s; "
+          f"the other inputs of the class: {rest['n']}, p95 {rest['p95']:.2f} s")
     base, cls = rows[0][1], rows[1][1]
     ok = lat["n"] > 0 and lat["max"] <= 2.0
     print(f"goal: every answer on the dashboard within 2 s: {'met' if ok else 'MISSED'}; interaction p95 "
