@@ -69,6 +69,14 @@ def kda_states(k, v, g, beta, initial_state=None):
     return torch.stack(states, 1) if states else S.new_zeros(B, 0, H, K, v.shape[-1])
 
 
+# The largest decay within a chunk (in log units, summed over its tokens) for which the intra-chunk decays are
+# computed as two factors: each lies within e^(+-60) (1e26, far from float32's overflow at e^88). A factor can take
+# a term below float32's normal range only where q or k is ~1e-12 of its row, a term that small beside the others.
+# Chunks of 16 of the trained model decay by at most ~46 (the held-out text); a chunk that decays more takes the
+# pairwise form with its masked entries at -inf.
+FACTOR_SPAN = 60.0
+
+
 @functools.lru_cache(maxsize=16)
 def _above_diagonal(C: int, device: torch.device) -> torch.Tensor:
     # cached across calls, so never create it as an inference tensor: a mask made inside
@@ -99,14 +107,25 @@ def kda_chunked(q, k, v, g, beta, scale=None, initial_state=None, chunk_size=64)
 
     G = g.cumsum(-2)                                                       # [B, H, N, C, K] inclusive
     gamma = G.exp()                                                        # decay from chunk start
-    # exp(G_i - G_j) only where j <= i: the masked entries (j > i) would overflow, so they become -inf
-    # before the exp (section 2: exponentiate only masked differences).
-    diff = G[..., :, None, :] - G[..., None, :, :]                         # [B, H, N, i, j, K]
-    decay = diff.masked_fill(_above_diagonal(C, q.device), -math.inf).exp()
-    kdec = decay * k[..., None, :, :]                                      # [B, H, N, i, j, K]
-    # Aqk[i, j] and Akk[i, j] in one batched matmul over i: sum_c {q, k}[i, c] k[j, c] e^(G[i,c]-G[j,c])
-    A = kdec @ torch.stack([q, k], -1)                                     # [B, H, N, C, C, 2]
-    Aqk, Akk = A[..., 0], A[..., 1]                                        # [B, H, N, C, C]
+    span = G[..., 0, :] - G[..., -1, :]                                    # [B, H, N, K] >= 0: a chunk's decay
+    if float(span.max()) <= FACTOR_SPAN:
+        # e^(G_i - G_j) = e^(G_i - G_r) e^(G_r - G_j) around the chunk's middle token r: both factors lie within
+        # e^(+-FACTOR_SPAN), so Aqk and Akk are one matmul of [C, K] rows, without the [C, C, K] tensor of
+        # pairwise decays. Aqk's entries j > i are zeroed; Akk's are never read (unitriangular solve below).
+        r = G[..., C // 2 : C // 2 + 1, :]                                 # [B, H, N, 1, K]
+        rows = (torch.stack([q, k], -3) * (G - r).exp().unsqueeze(-3)).flatten(-3, -2)   # [B, H, N, 2C, K]: q, k
+        A = rows @ ((r - G).exp() * k).transpose(-1, -2)                   # [B, H, N, 2C, C]
+        Aqk = A[..., :C, :].masked_fill(_above_diagonal(C, q.device)[..., 0], 0.0)
+        Akk = A[..., C:, :]                                                # [B, H, N, C, C]
+    else:
+        # exp(G_i - G_j) only where j <= i: the masked entries (j > i) would overflow, so they become -inf
+        # before the exp (section 2: exponentiate only masked differences).
+        diff = G[..., :, None, :] - G[..., None, :, :]                     # [B, H, N, i, j, K]
+        decay = diff.masked_fill(_above_diagonal(C, q.device), -math.inf).exp()
+        kdec = decay * k[..., None, :, :]                                  # [B, H, N, i, j, K]
+        # Aqk[i, j] and Akk[i, j] in one batched matmul over i: sum_c {q, k}[i, c] k[j, c] e^(G[i,c]-G[j,c])
+        A = kdec @ torch.stack([q, k], -1)                                 # [B, H, N, C, C, 2]
+        Aqk, Akk = A[..., 0], A[..., 1]                                    # [B, H, N, C, C]
     # UT transform: (I + diag(beta) Akk)^-1 diag(beta) [Gamma ⊙ K, V]. unitriangular=True reads only
     # the strict lower triangle, so Akk's diagonal (j = i) is ignored as the equation requires.
     WU = torch.linalg.solve_triangular(b * Akk, b * torch.cat([gamma * k, v], -1),

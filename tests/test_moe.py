@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from model import accounting
+from model import moe as moe_mod
 from model.config import K3Config
 from model.moe import (
     LatentMoE,
@@ -249,6 +250,23 @@ def test_grouped_topk_finds_the_largest_values(shape, m):
     assert torch.equal(vals, ref.values)                            # the same values, sorted
     assert torch.equal(x.gather(-1, idx), vals)                     # at the indices returned
     assert (idx.sort(-1).values.diff(dim=-1) > 0).all()             # no index twice
+
+
+def test_grouped_topk_thresholds_fall_back_on_ties_at_the_cutoff():
+    # The numpy thresholds pick exactly m values per row only without a tie at the m-th largest; with one
+    # (or a NaN) the fast path declines and the torch two-stage form answers: still torch.topk's values.
+    g = torch.Generator().manual_seed(11)
+    for dtype in (torch.float32, torch.float64):
+        x = torch.rand(64, 896, generator=g, dtype=dtype)
+        assert moe_mod._partition_topk(x, 17, 8) is not None          # fresh data: the fast path answers
+        order = x[5].argsort(descending=True)
+        x[5, order[17]] = x[5, order[16]]                              # row 5: its 17th and 18th largest tie
+        assert moe_mod._partition_topk(x, 17, 8) is None
+        vals, idx = grouped_topk(x, 17)
+        assert torch.equal(vals, torch.topk(x, 17, dim=-1).values) and torch.equal(x.gather(-1, idx), vals)
+    x = torch.rand(8, 896, generator=g)
+    x[2, 40] = float("nan")
+    assert moe_mod._partition_topk(x, 17, 8) is None
 
 
 def test_expert_load():
