@@ -217,11 +217,13 @@ def grouped_experts(z, indices, weights, w_gate, w_up, w_down, act, quant_act: b
         z = mx_fake_quant(z, "e4m3", per_row=True)
     c = 1 << max(0, min(5, (P // E).bit_length() - 1)) if P >= E else 1   # tile rows, a power of two
     if c == 1:
-        # per pair, in (token, slot) order: no sort needed, and each token's k outputs are one row
-        # of a batched weighted sum
-        zp = z.repeat_interleave(k, 0).unsqueeze(1)              # [P, 1, w]
-        h = act(torch.bmm(zp, w_gate.index_select(0, flat).transpose(1, 2)),
-                torch.bmm(zp, w_up.index_select(0, flat).transpose(1, 2)))       # [P, 1, f]
+        # per pair, in (token, slot) order: no sort needed. A token's k gathered gate (and up) matrices are one
+        # [k f, w] matrix, so z meets them in one matmul per token; each token's k outputs are one row of a
+        # batched weighted sum
+        zt = z.unsqueeze(1)                                      # [N, 1, w]
+        f = w_gate.shape[1]
+        h = act(torch.bmm(zt, w_gate.index_select(0, flat).view(N, k * f, -1).transpose(1, 2)),
+                torch.bmm(zt, w_up.index_select(0, flat).view(N, k * f, -1).transpose(1, 2))).view(P, 1, f)
         if quant_act:
             h = mx_fake_quant(h, "e4m3", per_row=True)
         out = torch.bmm(h, w_down.index_select(0, flat).transpose(1, 2))         # [P, 1, w]
