@@ -87,8 +87,8 @@ def heldout() -> HeldOut:
     from app.live import awaited, computing_politely, live
     lv = live()
     ids = lv.tokenizer.encode(assets.read_text(assets.HELDOUT))
-    # once per process: ~1,000 tokens through 93 layers, ~2.7 s on this machine's one thread per computation
-    # (~4 s beside a page being drawn), in two forwards that each let a computation that is under way or waiting
+    # once per process: ~1,000 tokens through 93 layers, 1.6-1.9 s on this machine's one thread per computation
+    # (longer beside a page being drawn), in two forwards that each let a computation that is under way or waiting
     # go first (the server's warm-up runs this unasked, beside the visitors' pages: two intra-op threads here
     # made both slower)
     with awaited():                     # the idle-time prefetch waits: the page that asks for this waits for it

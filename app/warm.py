@@ -158,7 +158,7 @@ def run(tasks=TASKS, give_way: bool = True) -> dict[str, float | str]:
 def model_loaded() -> bool:
     """After each page run (streamlit_app.py): once a page has loaded the live model, start routing the
     held-out sample in the background (app.routing_cache.heldout_soon; once per process). The Routing explorer waits
-    for it at the end of its first view, and it is the slowest of these tasks (~2.7 s), so it does not wait
+    for it at the end of its first view, and it is the slowest of these tasks (1.6-1.9 s), so it does not wait
     for an idle server as the tasks above do; each of its two forwards still lets a visitor's computation go
     first. Visiting Inside one layer and then the explorer at once, the explorer's first view ended ~4 s after
     the held-out routing started when the explorer itself started it. False when not started now."""
