@@ -170,10 +170,23 @@ BROWSER_GUARDS_HTML = """
   // The address of the page as its last run left it. A switch the server starts (st.switch_page) writes the new
   // page's link values while the address still shows the old page, and only then pushes the new page: the old
   // page's entry is put back to this address first, so Back finds it as it was.
+  // Taken once the app has stayed idle for a moment: between the runs of a switch (the run that writes the new
+  // page's values, then the new page's run) the app is idle for an instant with the new values in the old address.
   let settled = location.href;
-  const watch = () => {
+  let pending = null;
+  const idle = () => {
     const app = document.querySelector('[data-testid="stApp"]');
-    if (app && app.getAttribute("data-test-script-state") === "notRunning") { settled = location.href; }
+    return app !== null && app.getAttribute("data-test-script-state") === "notRunning";
+  };
+  const watch = () => {
+    if (pending !== null) { clearTimeout(pending); pending = null; }
+    if (!idle()) { return; }
+    const href = location.href;
+    pending = setTimeout(() => {
+      pending = null;
+      if (!idle()) { return; }
+      if (location.href === href) { settled = href; } else { watch(); }   // the address moved: wait again
+    }, 150);
   };
   new MutationObserver(watch).observe(document, {subtree: true, attributes: true,
                                                  attributeFilter: ["data-test-script-state"]});

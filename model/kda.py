@@ -108,7 +108,7 @@ def kda_chunked(q, k, v, g, beta, scale=None, initial_state=None, chunk_size=64)
     G = g.cumsum(-2)                                                       # [B, H, N, C, K] inclusive
     gamma = G.exp()                                                        # decay from chunk start
     span = G[..., 0, :] - G[..., -1, :]                                    # [B, H, N, K] >= 0: a chunk's decay
-    if float(span.max()) <= FACTOR_SPAN:
+    if float(span.detach().max()) <= FACTOR_SPAN:
         # e^(G_i - G_j) = e^(G_i - G_r) e^(G_r - G_j) around the chunk's middle token r: both factors lie within
         # e^(+-FACTOR_SPAN), so Aqk and Akk are one matmul of [C, K] rows, without the [C, C, K] tensor of
         # pairwise decays. Aqk's entries j > i are zeroed; Akk's are never read (unitriangular solve below).
