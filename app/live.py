@@ -31,6 +31,7 @@ from app import jobs
 from app.assets import LiveUnavailable
 from app.prompts import DEFAULT_PRESET, PRESETS  # noqa: F401 - named here too (app.live.PRESETS)
 from app.text import clean_text
+from model import fast
 from model.checkpoint import CheckpointError, load_pretrained, shown
 from model.config import K3Config
 from model.k3 import K3Model, K3Output, RunOptions
@@ -66,6 +67,9 @@ def live() -> Live:
     except Exception as e:          # noqa: BLE001 - the tokenizers library raises plain Exception for a bad file
         raise LiveUnavailable(f"{shown(TOKENIZER_PATH)} could not be read ({type(e).__name__}): run "
                               "`python -m model.tokenizer` or restore the file from git") from e
+    # the compiled kernels (model/fast.py) join once the warm-up has loaded them (app/warm.py): numba's start, ~0.6 s
+    # holding the interpreter, is not added to the first visitor's wait for the model
+    fast.later()
     try:
         model, tok = load_pretrained()
         lv = Live(model, tok, True, "")

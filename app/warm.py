@@ -60,6 +60,13 @@ def _live() -> None:
     live()
 
 
+def _kernels() -> None:
+    # numba's start and the compiled kernels loaded from its cache; forwards use them from then on (model/fast.py)
+    from model import fast
+    if not fast.warm():
+        raise RuntimeError("the compiled kernels are off (K3_FAST=0) or numba is missing: the torch references answer")
+
+
 def _default_forward() -> None:
     from app.live import DEFAULT_PRESET, PRESETS, forward, live, prepare_prompt
     forward(prepare_prompt(PRESETS[DEFAULT_PRESET], live().tokenizer).ids)
@@ -111,6 +118,7 @@ QUANT_EXPERIMENTS = ("act", "coarse", "router", "all")
 # the Quantization lab, so a visitor who comes meanwhile waits for one (~1 s), not four
 TASKS: tuple[tuple[str, Callable[[], None]], ...] = (
     ("the live model", _live),
+    ("the model's compiled kernels", _kernels),
     ("the default prompt's forward", _default_forward),
     ("the held-out sample's routing", _heldout),
     ("the Full-AttnRes variant on the default prompt", _full_attnres),

@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from model import fast
 from model.activations import ACTIVATIONS, GLUFFN
 from model.attnres import MODULE_NAMES, AttnResQuery, DepthState
 from model.config import K3Config
@@ -160,6 +161,7 @@ class K3Output:
     cache: K3Cache
     ids: torch.Tensor | None = None                 # [B, T] the input, so the call can be resumed
     options: RunOptions = RunOptions()              # what the call ran with (resume: the new ones)
+    kernels: bool = False                           # computed with model/fast.py's kernels (a resume: as its base)
 
 
 class K3Layer(nn.Module):
@@ -249,10 +251,17 @@ class K3Model(nn.Module):
                         rec[(i, m)] = got[(i, m)]
             trace.snapshots[i] = base.trace.snapshots[i]
         return self._run(base.ids, state, trace, from_layer, opts, None, True,
-                         prefix_cache=base.cache.layers[:from_layer])
+                         prefix_cache=base.cache.layers[:from_layer], kernels=base.kernels)
 
     def _run(self, ids, state: DepthState, trace: Trace, start: int, opts: RunOptions, cache,
-             record: bool, prefix_cache=(), fixed_routes: Mapping[int, RouteInfo] | None = None) -> K3Output:
+             record: bool, prefix_cache=(), fixed_routes: Mapping[int, RouteInfo] | None = None,
+             kernels: bool | None = None) -> K3Output:
+        # every layer computes alike: with the compiled kernels or without, decided here once (or by the base run)
+        kernels = fast.active() if kernels is None else kernels
+        with fast.pinned(kernels):
+            return self._layers(ids, state, trace, start, opts, cache, record, prefix_cache, fixed_routes, kernels)
+
+    def _layers(self, ids, state, trace, start, opts, cache, record, prefix_cache, fixed_routes, kernels) -> K3Output:
         new_cache = list(prefix_cache)
         for i in range(start, len(self.layers)):
             layer = self.layers[i]
@@ -284,7 +293,7 @@ class K3Model(nn.Module):
             raise ValueError("the forward pass produced non-finite logits (NaN or inf): check the "
                              "weights and any extreme routing or quantisation settings")
         seen = (cache.length if cache is not None else 0) + ids.shape[1]
-        return K3Output(logits, trace, K3Cache(new_cache, seen), ids, opts)
+        return K3Output(logits, trace, K3Cache(new_cache, seen), ids, opts, kernels)
 
     def _check_ids(self, ids: torch.Tensor, max_tokens: int | None) -> None:
         if not isinstance(ids, torch.Tensor) or ids.dim() != 2:

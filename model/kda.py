@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from model import fast
 from model.norms import RMSNorm
 
 
@@ -247,7 +248,9 @@ class KimiDeltaAttention(nn.Module):
         q, k, v, g, beta, og, new_tail = self._prepare(x, cache)
         init = cache.state if cache is not None else None
         scale = self.dk ** -0.5                                        # step 3, applied in the kernel
-        if chunked and T > 1:
+        if chunked and fast.usable(q, k, v, g, beta, *(() if init is None else (init,))):
+            o, state = fast.kda(q, k, v, g, beta, scale, init)           # inference: the compiled recurrence
+        elif chunked and T > 1:
             o, state = kda_chunked(q, k, v, g, beta, scale, init, chunk_size=self.chunk_size)
         else:   # one decode token: the plain step is the same math in fewer ops than a 1-token chunk
             o, state = kda_recurrent(q, k, v, g, beta, scale, init)

@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from model import fast
 from model.activations import ACTIVATIONS, GLUFFN
 from model.config import K3Config
 from model.norms import RMSNorm
@@ -78,7 +79,10 @@ def grouped_topk(x: torch.Tensor, m: int, group: int = 8) -> tuple[torch.Tensor,
     if E % group or m * group * 2 > E or x.dim() < 1:
         return torch.topk(x, m, dim=-1)
     if x.device.type == "cpu" and not x.requires_grad and x.dtype in (torch.float32, torch.float64):
-        found = _partition_topk(x, m, group)
+        # the compiled selection where it may run (model/fast.py), else numpy's thresholds; each declines a NaN
+        found = fast.topk(x, m, group) if fast.usable(x) else None
+        if found is None:
+            found = _partition_topk(x, m, group)
         if found is not None:
             return found
     g = x.unflatten(-1, (E // group, group))                                # [..., E/G, G]
@@ -215,6 +219,8 @@ def grouped_experts(z, indices, weights, w_gate, w_up, w_down, act, quant_act: b
     P = flat.numel()
     if quant_act:   # MXFP8 per token row: tokens never share a block scale (keeps causality)
         z = mx_fake_quant(z, "e4m3", per_row=True)
+    if fast.usable(z, weights, w_gate, w_up, w_down):    # inference: the compiled per-pair loop (model/fast.py)
+        return fast.experts(z, indices, weights, w_gate, w_up, w_down, act, quant_act)
     c = 1 << max(0, min(5, (P // E).bit_length() - 1)) if P >= E else 1   # tile rows, a power of two
     if c == 1:
         # per pair, in (token, slot) order: no sort needed. A token's k gathered gate (and up) matrices are one
