@@ -259,41 +259,38 @@ class K3Model(nn.Module):
         # every layer computes alike: with the compiled kernels or without, decided here once (or by the base run)
         kernels = fast.active() if kernels is None else kernels
         with fast.pinned(kernels):
-            return self._layers(ids, state, trace, start, opts, cache, record, prefix_cache, fixed_routes, kernels)
-
-    def _layers(self, ids, state, trace, start, opts, cache, record, prefix_cache, fixed_routes, kernels) -> K3Output:
-        new_cache = list(prefix_cache)
-        for i in range(start, len(self.layers)):
-            layer = self.layers[i]
-            if record:
-                trace.snapshots[i] = state.copy()
-                trace.sources[(i, "attn")] = state.sources()
-            state.begin_layer(i)
-            h, _ = state.read(layer.q_attn)
-            x_attn = layer.attn_norm(h)                                   # [B, T, d]
-            a, layer_cache = layer.attention(x_attn, cache.layers[i] if cache is not None else None)
-            new_cache.append(layer_cache)
-            state.add(a)
-            if record:
-                trace.mixes[(i, "attn")], trace.partials[(i, "attn")] = h, state.partial
-                trace.sources[(i, "ffn")] = state.sources()
-            h_ffn, _ = state.read(layer.q_ffn)
-            x_ffn = layer.ffn_norm(h_ffn)                                 # [B, T, d]
-            m, info = layer.feed_forward(x_ffn, opts, fixed_routes.get(i) if fixed_routes else None)
-            if info is not None:
-                trace.routes[i] = info
-            state.add(m)
-            if record:
-                trace.inputs[(i, "attn")], trace.inputs[(i, "ffn")] = x_attn, x_ffn
-                trace.outputs[(i, "attn")], trace.outputs[(i, "ffn")] = a, m
-                trace.mixes[(i, "ffn")], trace.partials[(i, "ffn")] = h_ffn, state.partial
-        y, _ = state.read(self.q_out, "out")
-        logits = self.head(self.final_norm(y))                    # [B, T, vocab]
-        if not bool(torch.isfinite(logits).all()):
-            raise ValueError("the forward pass produced non-finite logits (NaN or inf): check the "
-                             "weights and any extreme routing or quantisation settings")
-        seen = (cache.length if cache is not None else 0) + ids.shape[1]
-        return K3Output(logits, trace, K3Cache(new_cache, seen), ids, opts, kernels)
+            new_cache = list(prefix_cache)
+            for i in range(start, len(self.layers)):
+                layer = self.layers[i]
+                if record:
+                    trace.snapshots[i] = state.copy()
+                    trace.sources[(i, "attn")] = state.sources()
+                state.begin_layer(i)
+                h, _ = state.read(layer.q_attn)
+                x_attn = layer.attn_norm(h)                                   # [B, T, d]
+                a, layer_cache = layer.attention(x_attn, cache.layers[i] if cache is not None else None)
+                new_cache.append(layer_cache)
+                state.add(a)
+                if record:
+                    trace.mixes[(i, "attn")], trace.partials[(i, "attn")] = h, state.partial
+                    trace.sources[(i, "ffn")] = state.sources()
+                h_ffn, _ = state.read(layer.q_ffn)
+                x_ffn = layer.ffn_norm(h_ffn)                                 # [B, T, d]
+                m, info = layer.feed_forward(x_ffn, opts, fixed_routes.get(i) if fixed_routes else None)
+                if info is not None:
+                    trace.routes[i] = info
+                state.add(m)
+                if record:
+                    trace.inputs[(i, "attn")], trace.inputs[(i, "ffn")] = x_attn, x_ffn
+                    trace.outputs[(i, "attn")], trace.outputs[(i, "ffn")] = a, m
+                    trace.mixes[(i, "ffn")], trace.partials[(i, "ffn")] = h_ffn, state.partial
+            y, _ = state.read(self.q_out, "out")
+            logits = self.head(self.final_norm(y))                    # [B, T, vocab]
+            if not bool(torch.isfinite(logits).all()):
+                raise ValueError("the forward pass produced non-finite logits (NaN or inf): check the "
+                                 "weights and any extreme routing or quantisation settings")
+            seen = (cache.length if cache is not None else 0) + ids.shape[1]
+            return K3Output(logits, trace, K3Cache(new_cache, seen), ids, opts, kernels)
 
     def _check_ids(self, ids: torch.Tensor, max_tokens: int | None) -> None:
         if not isinstance(ids, torch.Tensor) or ids.dim() != 2:
