@@ -1,18 +1,28 @@
 """The Routing explorer's calls into the live model, each answered from a cache: the re-routed run (app.live's),
 the runs one nudge away computed while the server is idle, and the held-out sample's routing, once per process
-(the only Streamlit here: st.cache_resource). The data they return is app/routing.py's and
-app/routing_heldout.py's."""
+and kept on disk across server starts (the only Streamlit here: st.cache_resource). The data they return is
+app/routing.py's and app/routing_heldout.py's."""
 from __future__ import annotations
 
 import functools
 import logging
 import threading
+from pathlib import Path
 
 import streamlit as st
 
 from app import assets
 from app.routing import TABLE_FORMATS, Rerouting, neighbours, normalise
-from app.routing_heldout import HeldOut, expert_on_heldout, heldout_summary
+from app.routing_heldout import (
+    HeldOut,
+    expert_on_heldout,
+    heldout_key,
+    heldout_summary,
+    load_heldout,
+    model_code_digest,
+    save_heldout,
+    summary_ids,
+)
 from model.k3 import K3Output, RunOptions
 
 _LOG = logging.getLogger(__name__)
@@ -82,17 +92,42 @@ def _heldout_quietly() -> None:
         _LOG.warning("routing the held-out sample in the background failed: %s", e)
 
 
+# the summary of the trained model, kept across server starts (app/routing_heldout.py); var/ is the app's own
+CACHE_DIR = Path(__file__).resolve().parent.parent / "var" / "cache"
+
+
 @st.cache_resource(show_spinner=False)
 def heldout() -> HeldOut:
     from app.live import awaited, computing_politely, live
+    from model.checkpoint import CheckpointError, read_card
     lv = live()
-    ids = lv.tokenizer.encode(assets.read_text(assets.HELDOUT))
-    # once per process: ~1,000 tokens through 93 layers, 1.6-1.9 s on this machine's one thread per computation
-    # (longer beside a page being drawn), in two forwards that each let a computation that is under way or waiting
-    # go first (the server's warm-up runs this unasked, beside the visitors' pages: two intra-op threads here
-    # made both slower)
-    with awaited():                     # the idle-time prefetch waits: the page that asks for this waits for it
-        held = heldout_summary(lv.model, ids, batch=4, guard=computing_politely)
+    text = assets.read_text(assets.HELDOUT)
+    ids = lv.tokenizer.encode(text)
+    cfg = lv.model.cfg
+    layers = [i for i in range(cfg.num_layers) if cfg.is_moe(i)]
+    path = key = None
+    if lv.pretrained:                   # a random stand-in model is not kept: it has no checksum to key it
+        try:
+            key = heldout_key(read_card()["sha256"], model_code_digest(), text)
+            path = CACHE_DIR / f"heldout-{key[:16]}.safetensors"
+        except (CheckpointError, KeyError, TypeError):
+            key = None
+    held = load_heldout(path, key, summary_ids(ids), layers, cfg.n_routed_experts) if key else None
+    if held is None:
+        # ~1,000 tokens through 93 layers, 1.6-1.9 s on this machine's one thread per computation (longer beside a
+        # page being drawn), in two forwards that each let a computation that is under way or waiting go first
+        # (the server's warm-up runs this unasked, beside the visitors' pages: two intra-op threads here made both
+        # slower)
+        with awaited():                 # the idle-time prefetch waits: the page that asks for this waits for it
+            held = heldout_summary(lv.model, ids, batch=4, guard=computing_politely)
+        if key:
+            try:
+                save_heldout(held, path, key)
+                for old in path.parent.glob("heldout-*.safetensors"):       # an earlier model's or sample's
+                    if old != path:
+                        old.unlink(missing_ok=True)
+            except OSError as e:        # a read-only folder: the next start computes it again
+                _LOG.warning("the held-out summary could not be kept in %s: %s", path, e)
     _SOON["ready"] = True
     return held
 

@@ -13,8 +13,8 @@ st.cache_data) and nothing else. Runs once per process; a failing task is skippe
 The tasks are background jobs of kind WARM (app/jobs.py): each starts only once the server has been quiet
 (no visitor's page run or computation on the live model) for IDLE_S, so a visitor who comes meanwhile waits
 for at most the one task already running. Two start sooner, as jobs of kind AWAITED: loading the live model,
-right after the first page run (_model_now), and the held-out routing, which the Routing explorer's first view
-waits for, once the model is loaded (model_loaded).
+FIRST_PAGE_S after the first page run (_model_now), and the held-out routing, which the Routing explorer's first
+view waits for, once the model is loaded (model_loaded; read from disk after the first start, app/routing_cache.py).
 """
 from __future__ import annotations
 
@@ -32,6 +32,13 @@ _START_LOCK = threading.Lock()
 _started = False
 DONE = threading.Event()          # set when every task has run (or failed)
 IDLE_S = jobs.QUIET_S[jobs.Kind.WARM]
+# Right after a fresh server's first page run, that visitor's browser fetches the code of the page's elements
+# (~50 files, charts among them) from this server; importing torch holds the interpreter for ~1 s, and those
+# files then came ~0.5 s late. Waiting this long before loading the model let them through: the Overview's first
+# visit 2.96-3.51 -> 2.55-2.67 s and the Routing explorer's right after it 2.02-3.52 -> 2.43-2.51 s (three runs
+# each, bench/bench_interactions.py --parts first --pages overview,routing). A page that needs the model sooner
+# loads it itself.
+FIRST_PAGE_S = 0.6
 RESULTS: dict[str, float | str] = {}    # what start()'s tasks took, or why they failed
 
 
@@ -193,11 +200,12 @@ def start() -> bool:
 
 
 def _model_now() -> None:
-    """The live model loaded as soon as the worker is free after the first page run, not after a quiet moment:
-    nearly every page needs it, and a visitor's second page often comes before the server has been quiet for
-    IDLE_S. Then the held-out routing, which the Routing explorer's first view waits for. The price: importing
-    torch slows the first page's own first visit a little (its browser is still fetching the charts' code), once
-    per process (docs/PERFORMANCE.md, first visits)."""
+    """The live model loaded FIRST_PAGE_S after the first page run (unless that page loaded it), not after a quiet
+    moment: nearly every page needs it, and a visitor's second page often comes before the server has been quiet
+    for IDLE_S. Then the held-out routing, which the Routing explorer's first view waits for."""
+    live = live_module()
+    if live is None or not live.LOADED.is_set():
+        time.sleep(FIRST_PAGE_S)
     t0 = time.perf_counter()
     try:
         _live()

@@ -86,7 +86,7 @@ POLL_MS = 100
 START_LAYER = 20          # the Routing explorer starts here (a MoE layer; two layers are added per round)
 VIEWPORT = {"width": 1400, "height": 2400}
 
-GOAL_KEY, GOAL_CLICK, GOAL_TAIL, GOAL_RELOAD_S, GOAL_FIRST_S = 1.5, 2.5, 2.0, 1.5, 5.0
+GOAL_KEY, GOAL_CLICK, GOAL_TAIL, GOAL_RELOAD_S, GOAL_FIRST_S = 1.5, 2.5, 2.0, 1.5, 3.0
 GOAL_HELD_S = 2.0
 HELD_KEYS, HELD_REPEAT_MS = 20, 33        # a held arrow key: 20 presses at a keyboard's ~30 per second
 

@@ -159,8 +159,8 @@ def load_pretrained(path: Path = CHECKPOINT, card: Path = CARD,
         cfg = K3Config(**info["config"])
     except (KeyError, TypeError, ValueError) as e:
         raise CheckpointError(f"{shown(card)} holds no usable config ({type(e).__name__}): {RETRAIN}") from e
-    # Built on the CPU, its random init then replaced (not on "meta": see model.k3.model_with_weights)
-    model = K3Model(cfg)
+    # Built on the CPU, the experts without their random init (not on "meta": see model.k3.model_with_weights)
+    model = K3Model(cfg, init=False)
     try:
         with safe_open(str(path), "pt") as f:
             fmt = (f.metadata() or {}).get("format")

@@ -165,7 +165,7 @@ class K3Output:
 
 
 class K3Layer(nn.Module):
-    def __init__(self, cfg: K3Config, index: int):
+    def __init__(self, cfg: K3Config, index: int, init: bool = True):
         super().__init__()
         self.index, self.kind = index, cfg.layer_types[index]
         d = cfg.d_model
@@ -173,7 +173,7 @@ class K3Layer(nn.Module):
         self.attn = KimiDeltaAttention(cfg) if self.kind == "kda" else GatedMLA(cfg)
         self.ffn_norm = RMSNorm(d, cfg.norm_eps)
         self.is_moe = cfg.is_moe(index)
-        self.ffn = LatentMoE(cfg) if self.is_moe else GLUFFN(d, cfg.dense_hidden, cfg.activation)
+        self.ffn = LatentMoE(cfg, init) if self.is_moe else GLUFFN(d, cfg.dense_hidden, cfg.activation)
         if cfg.attnres:
             self.q_attn, self.q_ffn = AttnResQuery(d, cfg.norm_eps), AttnResQuery(d, cfg.norm_eps)
         else:
@@ -199,12 +199,14 @@ class K3Layer(nn.Module):
 
 
 class K3Model(nn.Module):
-    def __init__(self, cfg: K3Config):
+    def __init__(self, cfg: K3Config, init: bool = True):
+        """`init=False`: the routed experts' weights (~90 % of the parameters) are left as allocated, not drawn
+        at random, for a model whose weights are loaded next (load_state_dict with assign=True replaces them)."""
         super().__init__()
         self.cfg = cfg
         d = cfg.d_model
         self.embed = nn.Embedding(cfg.vocab_size, d)
-        self.layers = nn.ModuleList(K3Layer(cfg, i) for i in range(cfg.num_layers))
+        self.layers = nn.ModuleList(K3Layer(cfg, i, init) for i in range(cfg.num_layers))
         self.q_out = AttnResQuery(d, cfg.norm_eps) if cfg.attnres else None
         self.final_norm = RMSNorm(d, cfg.norm_eps)
         self.head = nn.Linear(d, cfg.vocab_size, bias=False)     # untied from the embedding
@@ -368,11 +370,11 @@ def model_with_weights(cfg: K3Config, state: Mapping[str, torch.Tensor]) -> K3Mo
     """A K3Model of `cfg` holding the tensors of `state` themselves (assigned, not copied: shared with
     whoever else holds them), in eval mode with no gradients.
 
-    It is built on the CPU with a random init that the state then replaces: ~0.5 s for the tiny config.
-    Building it on the "meta" device would skip the init, but the init ops on meta tensors make torch
-    import its compiler stack (torch._dynamo) on the way: ~2.9 s once per process, measured as part of a
-    page's first visit."""
-    model = K3Model(cfg)
+    It is built on the CPU, the routed experts without their random init (init=False), the rest with it, and
+    the state then replaces all of it. Building it on the "meta" device would skip every init, but the init
+    ops on meta tensors make torch import its compiler stack (torch._dynamo) on the way: ~2.9 s once per
+    process, measured as part of a page's first visit."""
+    model = K3Model(cfg, init=False)
     model.load_state_dict(state, assign=True, strict=True)
     return model.eval().requires_grad_(False)
 

@@ -268,7 +268,7 @@ def _stable_order(flat: torch.Tensor, n_experts: int) -> torch.Tensor:
 class LatentMoE(nn.Module):
     """y = SharedExperts(x) + W_up RMSNorm( sum_{i in T} p_i E_i(x W_down) )   (ARCHITECTURE sec 5)."""
 
-    def __init__(self, cfg: K3Config):
+    def __init__(self, cfg: K3Config, init: bool = True):
         super().__init__()
         self.cfg = cfg
         d, E, f = cfg.d_model, cfg.n_routed_experts, cfg.expert_hidden
@@ -287,8 +287,9 @@ class LatentMoE(nn.Module):
         self.w_gate = nn.Parameter(torch.empty(E, f, w))          # [E, f, l]
         self.w_up = nn.Parameter(torch.empty(E, f, w))            # [E, f, l]
         self.w_down = nn.Parameter(torch.empty(E, w, f))          # [E, l, f]
-        for p, fan_in in ((self.w_gate, w), (self.w_up, w), (self.w_down, f)):
-            nn.init.uniform_(p, -fan_in ** -0.5, fan_in ** -0.5)  # nn.Linear's default range
+        if init:                                                  # else loaded next (K3Model's init=False)
+            for p, fan_in in ((self.w_gate, w), (self.w_up, w), (self.w_down, f)):
+                nn.init.uniform_(p, -fan_in ** -0.5, fan_in ** -0.5)  # nn.Linear's default range
         # MXFP4 copies of the three expert tensors, made once by precompute_quant (at load time),
         # with the version of the weights they were made from. A forward only reads them.
         self._quantised: tuple | None = None

@@ -130,15 +130,16 @@ def unpack_mxfp4(codes: torch.Tensor, scales: torch.Tensor, shape, block: int = 
     n = 1
     for s in shape:
         n *= s
-    grid = torch.tensor(E2M1_GRID, dtype=torch.float64)
+    # E2M1 values (3 significant bits) times 2^(E - 127), E < 255, are exact in float32 as in float64
+    work = torch.float64 if dtype == torch.float64 else torch.float32
+    grid = torch.tensor(E2M1_GRID, dtype=work)
     lut = torch.cat([grid, -grid])                                      # [16] code -> value
-    c = codes.to(torch.int64)
-    code = torch.stack([c & 15, c >> 4], dim=1).reshape(-1)[:n]        # [n]
-    vals = lut[code]
+    pair = torch.stack([lut.repeat(16), lut.repeat_interleave(16)], 1)  # [256, 2] byte -> (low, high nibble)
+    vals = pair.index_select(0, codes.to(torch.int32)).reshape(-1)[:n]  # [n]
     pad = (-n) % block
     if pad:
         vals = F.pad(vals, (0, pad))
-    scale = _pow2(scales.to(torch.int64) - 127).unsqueeze(1)           # [n_blocks, 1]
+    scale = _pow2(scales.to(torch.int64) - 127).to(work).unsqueeze(1)  # [n_blocks, 1]
     out = (vals.reshape(-1, block) * scale).reshape(-1)[:n]
     return out.reshape(shape).to(dtype)
 

@@ -144,6 +144,21 @@ def test_pack_unpack_round_trip(shape):
     assert torch.equal(unpack_mxfp4(codes, scales, shape), mx_fake_quant(x, "e2m1"))
 
 
+def test_unpack_every_code_at_every_scale():
+    """Each byte holds two codes (low nibble first), each block one E8M0 scale: every (byte, scale) pair decodes to
+    the E2M1 grid value times 2^(scale - 127), built here from the OCP MX tables with Python's exact floats."""
+    codes = torch.arange(256, dtype=torch.uint8).repeat(254)            # 16 blocks of 32 values per scale
+    scales = torch.arange(1, 255, dtype=torch.uint8).repeat_interleave(16)
+    n = codes.numel() * 2
+    grid = list(E2M1_REF) + [-v for v in E2M1_REF]
+    want = [grid[(b >> (4 * half)) & 15] * 2.0 ** (int(scales[i // 32]) - 127)
+            for i, (b, half) in enumerate((b, h) for b in codes.tolist() for h in (0, 1))]
+    for dtype in (torch.float32, torch.float64):
+        got = unpack_mxfp4(codes, scales, (n,), dtype=dtype)
+        assert got.dtype == dtype
+        assert torch.equal(got, torch.tensor(want, dtype=torch.float64).to(dtype))
+
+
 def test_pack_codes_of_worked_example():
     x = torch.tensor([0.1, -0.25, 0.3, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0, -3.7, 7.9])
     codes, scales = pack_mxfp4(x)

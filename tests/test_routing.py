@@ -22,7 +22,7 @@ from app.charts.routing import (
     grid_spec,
     predictions_spec,
 )
-from app.routing_heldout import expert_on_heldout, heldout_summary
+from app.routing_heldout import expert_on_heldout, heldout_key, heldout_summary, load_heldout, model_code_digest, save_heldout
 from app.routing_sparsity import active_params, sparsity
 from app.text import chip_label, chip_labels, token_text, visible
 from model.accounting import count_params
@@ -329,6 +329,77 @@ def test_expert_tables(micro):
     assert (h.chosen_count.sum(1) == 120 * 4).all()           # each token chose 4 experts per layer
     table = expert_on_heldout(h, 3, 7, lambda ids: [f"<{i}>" for i in ids])
     assert len(table) == 3 and table["in context"][0].count("[") == 1
+
+
+def test_a_saved_held_out_summary_is_read_back_only_when_it_fits(micro, tmp_path):
+    model, _ = micro
+    ids = list(range(3, 63)) * 2
+    h = heldout_summary(model, ids, chunk=32, keep=3, batch=2)
+    key = heldout_key("ab" * 32, "code", "the sample")
+    path = tmp_path / "cache" / "heldout.safetensors"
+    save_heldout(h, path, key)
+    assert [p.name for p in path.parent.iterdir()] == [path.name]          # no temporary file left
+    back = load_heldout(path, key, h.ids, h.layers, 16)
+    for name in ("top_pos", "top_prob", "top_chose", "chosen_count"):
+        assert np.array_equal(getattr(back, name), getattr(h, name)) and getattr(back, name).dtype == getattr(h, name).dtype
+    assert back.ids == h.ids and back.layers == h.layers
+    # another checkpoint, sample or setting is another key; another tokenisation or model does not fit
+    assert heldout_key("cd" * 32, "code", "the sample") != key != heldout_key("ab" * 32, "code", "the sample.")
+    assert heldout_key("ab" * 32, "code 2", "the sample") != key != heldout_key("ab" * 32, "code", "the sample", keep=4)
+    assert load_heldout(path, heldout_key("cd" * 32, "code", "the sample"), h.ids, h.layers, 16) is None
+    assert load_heldout(path, key, h.ids[:-1] + (7,), h.layers, 16) is None
+    assert load_heldout(path, key, h.ids, h.layers[1:], 16) is None
+    assert load_heldout(path, key, h.ids, h.layers, 32) is None
+    assert load_heldout(tmp_path / "missing.safetensors", key, h.ids, h.layers, 16) is None
+    # a damaged file, and one whose positions point outside the sample
+    damaged = tmp_path / "damaged.safetensors"
+    damaged.write_bytes(path.read_bytes()[:-100])
+    assert load_heldout(damaged, key, h.ids, h.layers, 16) is None
+    damaged.write_bytes(b"\xff" * 64)
+    assert load_heldout(damaged, key, h.ids, h.layers, 16) is None
+    bad = HeldOutLike(h, top_pos=np.full_like(h.top_pos, len(ids)))
+    save_heldout(bad, path, key)
+    assert load_heldout(path, key, h.ids, h.layers, 16) is None
+
+
+def test_the_model_code_digest_follows_every_source_file(tmp_path):
+    (tmp_path / "a.py").write_text("x = 1\n")
+    (tmp_path / "b.py").write_text("y = 2\n")
+    (tmp_path / "notes.txt").write_text("not code")
+    first = model_code_digest(tmp_path)
+    (tmp_path / "notes.txt").write_text("changed, still not code")
+    assert model_code_digest(tmp_path) == first
+    (tmp_path / "b.py").write_text("y = 3\n")
+    assert model_code_digest(tmp_path) != first
+    (tmp_path / "b.py").write_text("y = 2\n")
+    assert model_code_digest(tmp_path) == first
+    (tmp_path / "c.py").write_text("")
+    assert model_code_digest(tmp_path) != first
+
+
+def HeldOutLike(h, **changed):
+    from dataclasses import replace
+    return replace(h, **changed)
+
+
+def test_the_live_held_out_summary_is_kept_across_starts(monkeypatch, tmp_path):
+    """The first heldout() of a process routes the sample and keeps the summary on disk; a later process (here: the
+    cache cleared) reads it back instead of routing the sample again, and gets the same summary."""
+    monkeypatch.setattr(cache, "CACHE_DIR", tmp_path)
+    (tmp_path / "heldout-0123456789abcdef.safetensors").write_bytes(b"an earlier model's summary")
+    cache.heldout.clear()
+    first = cache.heldout()
+    kept = list(tmp_path.glob("heldout-*.safetensors"))
+    assert len(kept) == 1 and kept[0].name != "heldout-0123456789abcdef.safetensors"
+
+    def refuse(*a, **k):
+        raise AssertionError("routed the held-out sample again")
+    monkeypatch.setattr(cache, "heldout_summary", refuse)
+    cache.heldout.clear()
+    second = cache.heldout()
+    assert second.ids == first.ids and np.array_equal(second.top_pos, first.top_pos)
+    assert np.array_equal(second.top_prob, first.top_prob) and np.array_equal(second.chosen_count, first.chosen_count)
+    cache.heldout.clear()
 
 
 # ---- sparsity ----------------------------------------------------------------------------------------
