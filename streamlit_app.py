@@ -52,7 +52,7 @@ else:
 # first run only moved every element by one on the second, and Streamlit drew each widget anew beside its stale
 # copy until that run ended (two "N dense agents" sliders under load).
 loading = st.empty()
-first_paint = not ss.get("_k3_painted")
+first_paint = not ss.get(state.K_PAINTED)
 if first_paint:
     loading.info(f"Opening {page.title}: the first page of a visit can take a few seconds…",
                  icon=":material/hourglass_top:")
@@ -66,7 +66,7 @@ finally:                    # also after a page's st.stop()
     state.notice_slot(None)     # a fragment's rerun writes its notices in place
     if first_paint:
         loading.empty()
-        ss["_k3_painted"] = True
+        ss[state.K_PAINTED] = True
     ui.instance_banner(banner)
     if not embedded:
         ui.tour_footer(here)

@@ -46,6 +46,7 @@ _STORE = "_k3_state"            # {namespace: {param: value}}
 _WRITTEN = "_k3_link_written"   # {namespace: {param: the string this page last put in the link}}
 SHARED = "shared"               # the namespace of the controls every page shares (prompt, token)
 K_PAGE = "_page_url_path"       # the page of this run (streamlit_app.py sets it)
+K_PAINTED = "_k3_painted"        # set once a session's first run has ended (streamlit_app.py)
 # Parameters of the app itself (embedding, presenter mode, the lesson a student follows and its step: app/lessons_ui.py),
 # understood on every page; no page may declare a control of the same name.
 APP_PARAMS = frozenset({"embed", "embed_options", "present", "lesson", "lesson_step", "class", "seat", "teacher"})
@@ -74,9 +75,16 @@ def _write_link(ns: str, c: Control, value, page_ns: str) -> None:
         if c.param in st.query_params:
             del st.query_params[c.param]
         written.pop(c.param, None)
+    elif st.query_params.get(c.param) != text:
+        if c.param not in st.query_params and not st.session_state.get(K_PAINTED):
+            # A session's first run (a full load: a pasted link, a reload, an address typed) adds no parameter:
+            # the browser would push the longer address as a history entry of its own before the page's history
+            # guard (app/sidebar.py) is in place, and Back would stay on the page. The link it came with
+            # reproduces the view already; the next run adds the rest in place.
+            return
+        st.query_params[c.param] = text
+        written[c.param] = text
     else:
-        if st.query_params.get(c.param) != text:
-            st.query_params[c.param] = text
         written[c.param] = text
 
 

@@ -74,6 +74,28 @@ def test_back_goes_to_the_page_before_and_forward_brings_the_view_back(server, p
     assert page.locator('[data-testid="stSlider"]').first.get_by_role("slider").input_value() == n
 
 
+def test_back_after_a_full_load_leaves_the_page(server, browser):
+    """A page opened by its address (a pasted link, a typed one) wrote the shared token into the link on its first
+    run, before the page's history guard was in place: the browser kept that as an entry of its own, and Back
+    stayed on the page (/layer?token=26 back to /layer). A new browser context: nothing of an earlier page cached."""
+    ctx = browser.new_context(viewport={"width": 1400, "height": 1200})
+    page = ctx.new_page()
+    try:
+        page.goto(server + "routing")             # the live model loaded: the next page's first run is quick
+        settle(page)
+        entries = page.evaluate("history.length")
+        page.goto(server + "layer")
+        settle(page)
+        page.wait_for_timeout(500)
+        assert urlparse(page.url).path.endswith("/layer")
+        assert page.evaluate("history.length") == entries + 1
+        page.go_back()
+        settle(page)
+        assert urlparse(page.url).path.endswith("/routing")
+    finally:
+        ctx.close()
+
+
 def test_a_sessions_first_page_paints_at_once(server, browser):
     """The first visit showed an empty main area for seconds before the page's heading came: the server now sends
     a note first, in the place the heading will take, and clears it when the page has run. (Read from the
