@@ -14,6 +14,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from model import fast
 from model.depth_counts import block_sizes, link_count, vectors_alive  # noqa: F401 - the closed forms
 from model.norms import rms_norm
 
@@ -37,6 +38,8 @@ class AttnResQuery(nn.Module):
 
     def forward(self, sources: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
         V = torch.stack(sources, dim=-2)                          # [B, T, S, d], raw values
+        if fast.usable(V, self.gain, self.proj):                 # inference: the compiled read (model/fast.py)
+            return fast.attnres(V, self.gain, self.proj, self.eps)
         keys = rms_norm(V, self.eps)                              # [B, T, S, d], fp32 (fp64 if given)
         w = (self.gain * self.proj).to(keys.dtype)                # [d]
         a = torch.softmax(keys @ w, dim=-1)                       # [B, T, S], over depth, per token

@@ -187,3 +187,35 @@ def test_topk_orders_equal_values_by_index_and_declines_nan():
     assert fast.topk(x.reshape(1, 2, 896), 17)[1].shape == (1, 2, 17)
     x[1, 50] = float("nan")
     assert fast.topk(x, 17) is None                     # torch.topk counts NaN as the largest: the caller falls back
+
+
+def attnres_reference(V, gain, proj, eps):
+    # AttnResQuery's read in float64, written out: softmax over sources of RMSNorm_nogain(V_s) . (gain * proj)
+    V, w = V.double(), (gain * proj).double()
+    keys = V / torch.sqrt(V.pow(2).mean(-1, keepdim=True) + eps)
+    a = torch.softmax(keys @ w, dim=-1)
+    return (a.unsqueeze(-1) * V).sum(-2), a
+
+
+@pytest.mark.parametrize("shape", [(1, 1, 2, 4), (1, 64, 9, 32), (2, 5, 3, 16), (3, 7, 12, 8)])
+def test_attnres_read_equals_the_softmax_over_depth(shape):
+    g = torch.Generator().manual_seed(sum(shape))
+    V = torch.randn(*shape, generator=g) * torch.rand(shape[-2], 1, generator=g) * 4    # sources of unequal size
+    gain, proj = torch.rand(shape[-1], generator=g) + 0.5, torch.randn(shape[-1], generator=g)
+    h, a = fast.attnres(V, gain, proj, 1e-5)
+    h_ref, a_ref = attnres_reference(V, gain, proj, 1e-5)
+    assert h.dtype == a.dtype == torch.float32 and h.shape == shape[:2] + shape[-1:] and a.shape == shape[:3]
+    assert torch.allclose(a.double(), a_ref, atol=2e-6, rtol=1e-5)
+    assert torch.allclose(h.double(), h_ref, atol=1e-5, rtol=1e-5)
+    assert torch.allclose(a.sum(-1), torch.ones(shape[:2]), atol=1e-6)
+
+
+def test_a_fresh_attnres_query_weights_every_source_alike():
+    """proj = 0 at init (model/attnres.py): every logit is 0 and the read is the mean of the sources."""
+    from model.attnres import AttnResQuery
+    q = AttnResQuery(16)
+    V = [torch.randn(2, 3, 16) for _ in range(5)]
+    with torch.no_grad():
+        h, a = q(V)
+    assert torch.allclose(a, torch.full((2, 3, 5), 0.2)) and torch.allclose(h, torch.stack(V).mean(0), atol=1e-6)
+    assert fast.usable(h)                              # the compiled read answered
