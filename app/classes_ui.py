@@ -214,19 +214,20 @@ def prepare_next(lesson: lessons.Lesson | None, n: int, who: str) -> None:
     """Ask the server to compute, while it is idle, what step n + 1 will show this student (their own sentence):
     when the teacher moves the class on, ~40 pages open at once, and each finds its model run and charts ready
     instead of computing them all in the same seconds. Steps on pages without a prepared view ask for nothing.
-    Asked once per step and sentence (this runs every FOLLOW_S s)."""
+    Asked once per step, sentence and token (this runs every FOLLOW_S s)."""
     # imported here, not at the top: app.live imports torch, which the first page must not wait for
     from app import live, ui
     prompt = st.session_state.get(ui.K_PROMPT)          # the sentence the student's page read last
     if lesson is None or prompt is None or n >= len(lesson.steps) or lesson.steps[n].page != "routing":
         return
-    asked = (lesson.name, n, prompt.ids)
+    raw = st.query_params.get(ui.TOKEN.param)
+    token = int(raw) if raw is not None and raw.isdigit() and len(raw) < 7 else None
+    # the token too: the step's charts follow it, and a student often clicks another token before the Next
+    asked = (lesson.name, n, prompt.ids, token)
     if st.session_state.get(K_AHEAD) == asked:
         return
     st.session_state[K_AHEAD] = asked
     from app.routing_view import step_ahead
-    raw = st.query_params.get(ui.TOKEN.param)
-    token = int(raw) if raw is not None and raw.isdigit() and len(raw) < 7 else None
     try:
         live.prefetch_for(who, prompt.ids, step_ahead(prompt, token, dict(lesson.steps[n].params),
                                                       st.context.theme.type))
