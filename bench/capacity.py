@@ -38,7 +38,7 @@ server (sessions of a finished level are closed; Streamlit drops their state aft
 server.disconnectedSessionTTL, 120 s).
 
 --proxy N runs the same students through `python -m deploy --replicas N` (nginx in front of N
-replicas; each student has its own sticky cookie, as a browser would), reports how the sessions
+replicas; each student keeps the cookie the proxy pins it with, as a browser would), reports how the sessions
 spread over the replicas, and with --kill-one T kills (SIGKILL) the replica holding the most
 sessions T seconds into the level: its students see the websocket drop at once and reconnect (a burst,
 as browsers would), opening the page of their link again; the reconnects are timed and checked
@@ -271,7 +271,6 @@ async def student(i: int, level: Level, base: str, args, t_level: float, rng: ra
     own = f"{MARKER}{i:03d}"
     text = TEMPLATES[i % len(TEMPLATES)].format(i=i)
     link = {"preset": "own", "text": text}
-    cookie = f"k3_replica={rng.getrandbits(64):016x}" if args.proxy else None
     page = "routing"
 
     def record(kind, what, run, note=""):
@@ -287,7 +286,7 @@ async def student(i: int, level: Level, base: str, args, t_level: float, rng: ra
                             time.perf_counter() - t_level, note, s.replica))
 
     await asyncio.sleep(rng.uniform(0, args.ramp))
-    s = Session(base, cookie=cookie, timeout=args.timeout)
+    s = Session(base, timeout=args.timeout)
     try:
         await s.connect()
     except Exception as e:                      # noqa: BLE001
@@ -312,7 +311,7 @@ async def student(i: int, level: Level, base: str, args, t_level: float, rng: ra
                 t0 = time.perf_counter()
                 query = s.query_string
                 await s.close()
-                s = Session(base, cookie=cookie, timeout=args.timeout)
+                s = Session(base, cookie=s.cookie, timeout=args.timeout)   # pinned, as a browser
                 try:
                     await s.connect()
                 except Exception as e:           # noqa: BLE001

@@ -167,7 +167,6 @@ def answer_state(w, q: lessons.Question, rng: random.Random) -> WidgetState:
 async def class_student(i: int, nickname: str, seat: str, code: str, lesson: lessons.Lesson, level: capacity.Level,
                         base: str, args, t0: float, stop_at: float, rng: random.Random, checks: dict):
     own = f"zebra{i:03d}"
-    cookie = f"k3_replica={rng.getrandbits(64):016x}" if args.proxy else None
     page, answered = "routing", set()
 
     def record(kind, what, run, ok=None, note=""):
@@ -178,7 +177,7 @@ async def class_student(i: int, nickname: str, seat: str, code: str, lesson: les
                                      run.bytes, time.perf_counter() - t0, "" if good else note, s.replica))
 
     await asyncio.sleep(rng.uniform(0, args.ramp))
-    s = Tab(base, cookie=cookie, timeout=args.timeout)
+    s = Tab(base, timeout=args.timeout)
     await s.connect()
     try:
         run = await s.open(page, {"lesson": LESSON, "lesson_step": "1", "class": code, "seat": seat,
@@ -229,8 +228,7 @@ async def class_student(i: int, nickname: str, seat: str, code: str, lesson: les
 async def teacher(code: str, secret: str, lesson: lessons.Lesson, level: capacity.Level, base: str, args, t0: float,
                   stop_at: float, rng: random.Random, shown: list):
     """The dashboard, rerun by its timer; `shown` gets (time, step shown, its answered count) per run."""
-    cookie = f"k3_replica={rng.getrandbits(64):016x}" if args.proxy else None
-    s = Tab(base, cookie=cookie, timeout=args.timeout)
+    s = Tab(base, timeout=args.timeout)
     await s.connect()
 
     def read(kind, what, run):

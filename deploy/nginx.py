@@ -15,15 +15,21 @@ What the site does, and why:
 - Long-lived connections: read/send timeouts of an hour (Streamlit pings every websocket every 30 s,
   so an idle student's socket is never idle for nginx); connect timeout 3 s, so a replica that does not
   answer is skipped quickly.
-- Sticky routing per browser: a session exists in one replica's memory only, and so do the files it
-  serves (CSV downloads under /media). Default: a cookie (`k3_replica`) that nginx sets on the first
-  response (a random `$request_id`), and `hash $cookie consistent` on it; every request of that browser
-  (page, websocket, downloads) goes to the same replica. `ip_hash` is the alternative (`sticky="ip"`),
-  but a school usually sits behind one NAT address, and then ip_hash sends every student to one replica.
-  With `consistent`, adding or removing a replica moves only about 1/N of the browsers.
+- Sticky routing per browser, balanced: a session exists in one replica's memory only, and so do the files it
+  serves (CSV downloads under /media). A browser without the `k3_replica` cookie goes to the replica with the
+  fewest open connections (`least_conn`: a session's websocket stays open, so that is the replica with the fewest
+  sessions), and the response sets the cookie to that replica's name (`r0`, `r1`, ... in the order given); every
+  later request of that browser (page, websocket, downloads) goes to the replica its cookie names, through that
+  replica's own upstream, whose other replicas are its `backup`s. Hashing a random cookie over the replicas, as
+  this did before, split a class of 40 as unevenly as 12 and 29 (and its interaction p95 rose with the larger
+  share: 0.58 s at 21/20, 0.97 s at 12/29; bench/class_capacity.py). `ip_hash` is the alternative
+  (`sticky="ip"`), but a school usually sits behind one NAT address, and then ip_hash sends every student to one
+  replica. A cookie that names no replica (an old one, a forged one) counts as none: the map only ever routes to
+  the upstreams written here.
 - Health: open-source nginx has only *passive* checks: a replica that refuses or times out is marked
   failed for `fail_timeout` after `max_fails` errors, and the request is retried on the next replica
-  (`proxy_next_upstream`), so a browser whose replica died reconnects to a live one. Active checks
+  (`proxy_next_upstream`; for a browser pinned to it, its backups), so a browser whose replica died reconnects to
+  a live one, and the response re-pins its cookie there. Active checks
   (polling `/_stcore/health`) are the launcher's job: `python -m deploy` polls every replica and
   rewrites the upstream list with `down` on the failing ones, then reloads nginx (a reload keeps the open
   websockets on the old workers).
@@ -35,6 +41,7 @@ What the site does, and why:
 """
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
 
 COOKIE = "k3_replica"
@@ -42,10 +49,17 @@ UPSTREAM = "k3_replicas"
 REPLICA_HEADER = "X-K3-Replica"
 
 
+def names(servers: Sequence[str]) -> list[str]:
+    """The replicas' names in the cookie: r0, r1, ... in the order given."""
+    return [f"r{i}" for i in range(len(servers))]
+
+
 def upstream(servers: Sequence[str], sticky: str = "cookie", down: Iterable[str] = (),
              max_fails: int = 2, fail_timeout: int = 10) -> str:
-    """The upstream block: one `server` line per replica ("host:port"); those in `down` marked down.
-    Every replica is listed even when down, so that the consistent hash keeps its place."""
+    """What depends on the replica list: the upstream of all replicas (`least_conn`, or `ip_hash`), with `sticky`
+    "cookie" one upstream per replica (it, then the others as backups) and the maps from a cookie to that upstream
+    and from the replica that answered to its name. Those in `down` are marked down; every replica is listed even
+    when down, so that names and places stay."""
     if not servers:
         raise ValueError("at least one replica address is needed")
     if sticky not in ("cookie", "ip"):
@@ -53,26 +67,41 @@ def upstream(servers: Sequence[str], sticky: str = "cookie", down: Iterable[str]
     down = set(down)
     if down >= set(servers):                 # never take every replica out: let passive checks decide
         down = set()
-    method = "hash $k3_route consistent;" if sticky == "cookie" else "ip_hash;"
+
+    def server(s: str, backup: bool = False) -> str:
+        return (f"    server {s} max_fails={max_fails} fail_timeout={fail_timeout}s"
+                + (" backup" if backup else "") + (" down;" if s in down else ";"))
+
+    method = "least_conn;" if sticky == "cookie" else "ip_hash;"
     lines = [f"upstream {UPSTREAM} {{",
-             f"    {method}"]
-    for s in servers:
-        lines.append(f"    server {s} max_fails={max_fails} fail_timeout={fail_timeout}s"
-                     + (" down;" if s in down else ";"))
+             f"    {method}",
+             f"    zone {UPSTREAM} 64k;           # the connection counts, shared by nginx's workers"]
+    lines += [server(s) for s in servers]
     lines += ["    keepalive 32;                  # idle HTTP/1.1 connections kept open to the replicas",
               "}"]
+    pinned = names(servers) if sticky == "cookie" else []
+    for name, s in zip(pinned, servers):
+        lines += [f"upstream {UPSTREAM}_{name} {{", server(s)]
+        lines += [server(o, backup=True) for o in servers if o != s]
+        lines += ["    keepalive 8;", "}"]
+    lines += [f"map $cookie_{COOKIE} $k3_upstream {{", f"    default {UPSTREAM};"]
+    lines += [f"    {name} {UPSTREAM}_{name};" for name in pinned]
+    # the replica that answered: the last of $upstream_addr's list (after a retry it names every one it tried)
+    lines += ["}", "map $upstream_addr $k3_answered {", "    default '';"]
+    lines += [f'    "~(^|, ){re.escape(s)}$" {name};' for name, s in zip(pinned, servers)]
+    lines += ["}"]
     return "\n".join(lines) + "\n"
 
 
 def site(listen: str, servers: Sequence[str] | None = None, sticky: str = "cookie",
          upstream_include: str | None = None, down: Iterable[str] = ()) -> str:
-    """The http-context configuration. Either `servers` (the upstream written inline) or
-    `upstream_include` (a file holding the upstream block, which the launcher rewrites)."""
+    """The http-context configuration. Either `servers` (the upstreams and their maps written inline) or
+    `upstream_include` (a file holding them, which the launcher rewrites)."""
     if (servers is None) == (upstream_include is None):
         raise ValueError("give either servers or upstream_include")
     up = upstream(servers, sticky, down) if servers is not None else f"include {upstream_include};\n"
     return f"""\
-# K3 Explorer behind nginx: N Streamlit replicas, websockets, sticky sessions, passive health checks.
+# K3 Explorer behind nginx: N Streamlit replicas, websockets, sticky balanced sessions, passive health checks.
 # Generated by deploy/nginx.py (python -m deploy --print-config); see docs/DEPLOY.md.
 
 # "upgrade" for a websocket handshake; otherwise empty, which keeps upstream keepalive working.
@@ -81,15 +110,11 @@ map $http_upgrade $k3_connection {{
     ''      '';
 }}
 
-# Sticky routing: the browser's {COOKIE} cookie, or for its first request a fresh random id, which
-# the response then sets as the cookie (so the first request and all later ones hash the same).
-map $cookie_{COOKIE} $k3_route {{
-    ''      $request_id;
-    default $cookie_{COOKIE};
-}}
-map $cookie_{COOKIE} $k3_set_cookie {{
-    ''      "{COOKIE}=$request_id; Path=/; HttpOnly; SameSite=Lax";
+# The {COOKIE} cookie names the replica that answered, set whenever it named another one (or none).
+map "$cookie_{COOKIE}:$k3_answered" $k3_set_cookie {{
     default '';
+    "~^(r[0-9]+):\\1$" '';
+    "~:(?<k3_now>r[0-9]+)$" "{COOKIE}=$k3_now; Path=/; HttpOnly; SameSite=Lax";
 }}
 
 {up}
@@ -101,7 +126,7 @@ server {{
     client_max_body_size 200m;           # Streamlit's own upload limit (server.maxUploadSize)
 
     location / {{
-        proxy_pass http://{UPSTREAM};
+        proxy_pass http://$k3_upstream;  # the browser's replica, or the least busy one for a new browser
         proxy_http_version 1.1;
         proxy_set_header Upgrade $http_upgrade;
         proxy_set_header Connection $k3_connection;
@@ -116,7 +141,7 @@ server {{
         proxy_next_upstream error timeout http_502 http_503 http_504;
         proxy_next_upstream_tries 0;     # try every replica before giving up
 
-        add_header Set-Cookie $k3_set_cookie;          # empty (not sent) once the browser has it
+        add_header Set-Cookie $k3_set_cookie always;   # empty (not sent) while it names this replica
         add_header {REPLICA_HEADER} $upstream_addr always;
     }}
 }}

@@ -36,6 +36,8 @@ from streamlit.proto.BackMsg_pb2 import BackMsg
 from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
 from streamlit.proto.WidgetStates_pb2 import WidgetState
 
+from deploy.nginx import COOKIE
+
 FINISHED = {ForwardMsg.FINISHED_SUCCESSFULLY: "full", ForwardMsg.FINISHED_FRAGMENT_RUN_SUCCESSFULLY: "fragment",
             ForwardMsg.FINISHED_WITH_COMPILE_ERROR: "compile-error"}
 SIDEBAR = 1                     # delta_path[0] of the sidebar's elements (0 is the main area)
@@ -124,7 +126,12 @@ class Session:
             self._lost.set()                      # never connected counts as lost
             raise
         try:
-            self.replica = self.ws.response.headers.get("X-K3-Replica", "")
+            answer = self.ws.response.headers
+            self.replica = answer.get("X-K3-Replica", "")
+            for value in answer.get_all("Set-Cookie"):        # the proxy pins this tab to a replica, as a browser's
+                name, _, rest = value.partition("=")
+                if name.strip() == COOKIE:
+                    self.cookie = f"{COOKIE}={rest.split(';')[0].strip()}"
         except AttributeError:
             pass
         self._reader = asyncio.create_task(self._read())

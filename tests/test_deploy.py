@@ -195,8 +195,8 @@ def test_shipped_config_is_the_generated_one_and_nginx_accepts_it(tmp_path):
     shipped = (ROOT / "deploy" / "k3-explorer.conf").read_text()
     assert shipped == nginx.site("127.0.0.1:8080", servers=["127.0.0.1:8501", "127.0.0.1:8502"]), (
         "deploy/k3-explorer.conf is stale: python -m deploy --print-config --replicas 2 > deploy/k3-explorer.conf")
-    for needed in ("proxy_set_header Upgrade $http_upgrade", "proxy_read_timeout 1h", "hash $k3_route consistent",
-                   "max_fails=", "proxy_next_upstream error timeout"):
+    for needed in ("proxy_set_header Upgrade $http_upgrade", "proxy_read_timeout 1h", "least_conn;",
+                   "max_fails=", "proxy_next_upstream error timeout", "proxy_pass http://$k3_upstream;"):
         assert needed in shipped, needed
     need_nginx()
     (tmp_path / "tmp").mkdir()
@@ -212,9 +212,23 @@ def test_upstream_lists_every_replica_and_never_takes_all_down():
     text = nginx.upstream(["a:1", "b:2", "c:3"], down={"b:2"})
     assert re.search(r"server b:2 [^;]* down;", text) and "server a:1 max_fails=2 fail_timeout=10s;" in text
     assert " down;" not in nginx.upstream(["a:1", "b:2"], down={"a:1", "b:2"})
-    assert "ip_hash;" in nginx.upstream(["a:1"], sticky="ip")
+    assert "ip_hash;" in nginx.upstream(["a:1"], sticky="ip") and "backup" not in nginx.upstream(["a:1"], sticky="ip")
     with pytest.raises(ValueError):
         nginx.upstream([])
+
+
+def test_each_cookie_names_one_replica_and_its_backups():
+    """A browser pinned to b goes to b first, the others after it; only the names written here route anywhere."""
+    from deploy import nginx
+    text = nginx.upstream(["a:1", "b:2", "c:3"], down={"b:2"})
+    block = re.search(r"upstream k3_replicas_r1 \{(.*?)\}", text, re.S).group(1)
+    servers = re.findall(r"server (\S+) [^;]*;", block)
+    assert servers == ["b:2", "a:1", "c:3"]
+    assert re.search(r"server b:2 [^;]* down;", block) and block.count("backup") == 2
+    cookie_map = re.search(r"map \$cookie_k3_replica \$k3_upstream \{(.*?)\}", text, re.S).group(1).split(";")
+    assert [line.split() for line in cookie_map if line.strip()] == [
+        ["default", "k3_replicas"], ["r0", "k3_replicas_r0"], ["r1", "k3_replicas_r1"], ["r2", "k3_replicas_r2"]]
+    assert '"~(^|, )a:1$" r0;' in text and '"~(^|, )c:3$" r2;' in text
 
 
 # ---- through the proxy ------------------------------------------------------------------------------
@@ -225,13 +239,16 @@ def test_health_and_sticky_routing_through_the_proxy(deployment):
     status, headers, body = get(base + "_stcore/health")
     assert (status, body) == (200, b"ok")
     assert headers["X-K3-Replica"] in replicas
-    cookie = re.search(r"k3_replica=([0-9a-f]+)", " ".join(headers.get_all("Set-Cookie") or []))
+    cookie = re.search(r"k3_replica=(r[0-9]+)", " ".join(headers.get_all("Set-Cookie") or []))
     assert cookie, headers
-    seen_with_cookie = {get(base + "_stcore/health", cookie=f"k3_replica={cookie.group(1)}")[1]["X-K3-Replica"]
-                        for _ in range(6)}
-    assert seen_with_cookie == {headers["X-K3-Replica"]}, "a browser's cookie must keep it on one replica"
-    seen_new = {get(base + "_stcore/health")[1]["X-K3-Replica"] for _ in range(24)}
-    assert seen_new == replicas, f"new browsers should spread over both replicas, got {seen_new}"
+    answers = [get(base + "_stcore/health", cookie=f"k3_replica={cookie.group(1)}")[1] for _ in range(6)]
+    assert {a["X-K3-Replica"] for a in answers} == {headers["X-K3-Replica"]}, "a cookie must keep a browser on one replica"
+    assert not any("k3_replica=" in " ".join(a.get_all("Set-Cookie") or []) for a in answers)   # pinned already
+    seen_new = [get(base + "_stcore/health")[1]["X-K3-Replica"] for _ in range(24)]
+    assert set(seen_new) == replicas, f"new browsers should spread over both replicas, got {set(seen_new)}"
+    assert abs(seen_new.count(min(replicas)) - 12) <= 2, "with nothing open, new browsers alternate"
+    forged = get(base + "_stcore/health", cookie="k3_replica=127.0.0.1:22")[1]
+    assert forged["X-K3-Replica"] in replicas and "k3_replica=r" in " ".join(forged.get_all("Set-Cookie") or [])
 
 
 @pytest.mark.browser
