@@ -321,7 +321,7 @@ class Prefetcher:
 _prefetcher = Prefetcher()
 # A class's students each ask for their next lesson step (app/classes_ui.py), so that a teacher's Next does not
 # make every student's page compute at once: one wish per student, beside the others', AHEAD_KEEP runs held.
-AHEAD_KEEP = 16
+AHEAD_KEEP = 24         # a class of 40 on two balanced replicas is 20 students each, and a few to spare
 _ahead = Prefetcher("ahead", keep=AHEAD_KEEP)
 
 

@@ -25,7 +25,7 @@ Two phases on the same server(s), one after the other, so the comparison is one 
    falls during an input fires when it ends (the browser would send it at once and the server would queue
    it behind the run).
    The teacher's session opens `classes?class=CODE&teacher=KEY`, reruns the dashboard fragment every
-   `views/classes.py` REFRESH_S (1.5 s) the same way, and leads the class as in a lesson: "Students follow
+   `views/classes.py` REFRESH_S (1.0 s) the same way, and leads the class as in a lesson: "Students follow
    my step" on, and every `--step-every` s (default: the duration over the lesson's steps) "Next step" and
    a click on that step in the dashboard's step selector. Following the teacher, every student's follow
    fragment opens the new step's page within FOLLOW_S s: a burst of page runs, part of a class's load.

@@ -374,7 +374,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--upstream", action="append", default=[], metavar="HOST:PORT",
                     help="a replica running elsewhere (another machine); repeat for each")
     ap.add_argument("--sticky", choices=("cookie", "ip"), default="cookie",
-                    help="keep a browser on one replica by a cookie (default) or by its IP address (ip_hash)")
+                    help="a new browser to the least busy replica, then kept there by a cookie (default), "
+                         "or by its IP address (ip_hash)")
     ap.add_argument("--health-interval", type=float, default=2.0, help="seconds between health checks (default 2)")
     ap.add_argument("--health-fails", type=int, default=2,
                     help="failed checks in a row before a replica leaves the rotation (default 2)")
