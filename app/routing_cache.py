@@ -104,7 +104,6 @@ def heldout() -> HeldOut:
     text = assets.read_text(assets.HELDOUT)
     ids = lv.tokenizer.encode(text)
     cfg = lv.model.cfg
-    layers = [i for i in range(cfg.num_layers) if cfg.is_moe(i)]
     path = key = None
     if lv.pretrained:                   # a random stand-in model is not kept: it has no checksum to key it
         try:
@@ -112,7 +111,7 @@ def heldout() -> HeldOut:
             path = CACHE_DIR / f"heldout-{key[:16]}.safetensors"
         except (CheckpointError, KeyError, TypeError):
             key = None
-    held = load_heldout(path, key, summary_ids(ids), layers, cfg.n_routed_experts) if key else None
+    held = load_heldout(path, key, summary_ids(ids), cfg.moe_layers, cfg.n_routed_experts) if key else None
     if held is None:
         # ~1,000 tokens through 93 layers, 1.6-1.9 s on this machine's one thread per computation (longer beside a
         # page being drawn), in two forwards that each let a computation that is under way or waiting go first
