@@ -167,6 +167,9 @@ def serve() -> None:
     reply_fd = os.dup(1)
     os.dup2(2, 1)                       # anything printed by accident goes to stderr, not into the replies
     os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = "1"
+    # the ranks compute one MoE layer on the torch path: each would start numba for its kernels (model/fast.py),
+    # ~0.6 s a process, where the whole run takes ~0.3 s (bench/controls.py: 0.31 -> 2.69 s with them)
+    os.environ["K3_FAST"] = "0"
     # what every rank imports (torch, torch.distributed, safetensors, the model); no torch compute here
     import model.parallel  # noqa: F401
     _send(reply_fd, {"ready": os.getpid()})

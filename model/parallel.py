@@ -333,7 +333,8 @@ class SpawnedRanks:
 
     def __init__(self, ranks: list[dict]):
         self.procs: list[subprocess.Popen] = []
-        base = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1",
+        # the torch path, as the forked ranks (model/fork_server.py): numba's start would outweigh one layer's work
+        base = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", "K3_FAST": "0",
                 "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
         for r, spec in enumerate(ranks):
             try:
