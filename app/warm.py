@@ -18,12 +18,15 @@ view waits for, once the model is loaded (model_loaded; read from disk after the
 """
 from __future__ import annotations
 
+import ast
+import importlib
 import logging
 import os
 import sys
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 from app import jobs
 
@@ -134,6 +137,57 @@ TASKS: tuple[tuple[str, Callable[[], None]], ...] = (
     ("the Expert parallelism page's process server", _process_server),
     *((f"the Quantization lab's experiment {v!r}", _quant_experiment(v)) for v in QUANT_EXPERIMENTS),
 )
+
+
+# what a fresh server's first visitor waited for on a page opened directly (a shared link), in order: the libraries
+# the pages import (torch, SQLAlchemy, altair... ~3 s), the live model, the compiled kernels, the held-out routing
+# (the Routing explorer's first view), the default prompt's forward (the default view of every page that runs it),
+# and the two default views that took a second or more: the balancing lab's simulation and the Quantization lab's
+# first experiment (its default, views/quantization.py)
+BEFORE_FIRST_VISIT: tuple[tuple[str, Callable[[], None]], ...] = (
+    ("the pages' modules", lambda: page_modules()),
+    ("the live model", _live),
+    ("the model's compiled kernels", _kernels),
+    ("the held-out sample's routing", _heldout),
+    ("the default prompt's forward", _default_forward),
+    ("the balancing lab's default simulation", _balance),
+    ("the Quantization lab's experiment 'act'", _quant_experiment("act")),
+)
+
+
+def page_modules(root: Path | None = None) -> list[str]:
+    """Import every module of this app that the pages and the entry script import (read from their source), and
+    return their names: a page's first run then finds them loaded."""
+    root = root or Path(__file__).resolve().parent.parent
+    names: set[str] = set()
+    for path in [root / "streamlit_app.py", *sorted((root / "views").glob("*.py"))]:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                top = node.module.split(".")[0]
+                if top in ("app", "model"):
+                    names.add(node.module)
+                    folder = root.joinpath(*node.module.split("."))      # `from app import live`: a module
+                    names.update(f"{node.module}.{a.name}" for a in node.names if (folder / f"{a.name}.py").exists())
+            elif isinstance(node, ast.Import):
+                names.update(a.name for a in node.names if a.name.split(".")[0] in ("app", "model"))
+    for name in sorted(names):
+        importlib.import_module(name)
+    return sorted(names)
+
+
+def before_first_visit() -> dict[str, float | str]:
+    """At a server's start, before it answers anyone (serve.py): BEFORE_FIRST_VISIT now, so that the first visitor
+    of any page, a shared link to the Routing explorer included, finds it done. The rest of the warm-up is queued
+    after the first page run, as on any server (start()): queued now, it found the server quiet when the first
+    visitor came and took the interpreter from that visit. Returns {step: seconds, or why it failed} (a failed
+    step is left to the page, which says why); nothing when K3_WARM=0."""
+    if os.environ.get("K3_WARM", "1") == "0":
+        return {}
+    done: dict[str, float | str] = {}
+    for name, task in BEFORE_FIRST_VISIT:
+        _task(name, task, done)()
+    RESULTS.update(done)
+    return done
 
 
 def _task(name: str, task: Callable[[], None], done: dict) -> Callable[[], None]:

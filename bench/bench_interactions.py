@@ -8,8 +8,8 @@
 
 What it launches (each on a free loopback port, stopped at the end): `streamlit run bench/floor_app.py`
 (the floor: one slider, one button, one plotly scatter of 896 squares, nothing else: the cheapest rerun
-of this Streamlit on this machine), `streamlit run streamlit_app.py` for the app, and for the first
-visits a separate, fresh `streamlit run streamlit_app.py`. One headless Chromium (Debian's, see
+of this Streamlit on this machine), `streamlit run serve.py` for the app, and for the first
+visits a separate, fresh `streamlit run serve.py`. One headless Chromium (Debian's, see
 bench/harness.py) drives them all through Playwright's sync API.
 
 Latency of an input: from the input event itself (the page's own `keydown` / `click` event, timed by
@@ -750,7 +750,7 @@ def run_first_visits(browser, app_dir: Path, pages, timeout_ms: float, log, thin
         out[FLOOR_KEY] = first_visit_floor(browser, app_dir, timeout_ms, log)
     except Exception as e:                                            # noqa: BLE001 - a reference only
         errors[FLOOR_KEY] = why(e)
-    server = Server(app_dir / "streamlit_app.py", app_dir, "first-visit")
+    server = Server(app_dir / "serve.py", app_dir, "first-visit")
     try:
         healthy = server.wait_healthy()
         log(f"  fresh server healthy after {healthy:.1f} s")
@@ -923,7 +923,7 @@ def main() -> int:
                     first, first_errors, first_healthy = run_first_visits(browser, app_dir, pages, timeout_ms, log,
                                                                         args.think)
                 if parts & {"interactions", "reloads", "held"}:
-                    app = Server(app_dir / "streamlit_app.py", app_dir, "app")
+                    app = Server(app_dir / "serve.py", app_dir, "app")
                     servers.append(app)
                     floor = Server(FLOOR_APP, app_dir, "floor")
                     servers.append(floor)

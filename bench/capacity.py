@@ -31,7 +31,7 @@ its children) after the warm-up and at the level's peak, this client's own CPU, 
 before and after (other work on the machine slows the server: say so with the figures). The capacity
 is the largest level whose interaction p95 meets the goal with no errors.
 
-The server is started once for the whole sweep (`streamlit run streamlit_app.py` on a free loopback
+The server is started once for the whole sweep (`streamlit run serve.py` on a free loopback
 port) and warmed up first: the Routing explorer once (loads the live model), then every page once
 (their caches), which is also the "first visit" column. Levels run one after the other on the same
 server (sessions of a finished level are closed; Streamlit drops their state after
@@ -146,14 +146,14 @@ class Sampler:
 # ---- the servers --------------------------------------------------------------------------------
 
 class Replica:
-    """One `streamlit run streamlit_app.py` on a free loopback port (optionally pinned to some cores)."""
+    """One `streamlit run serve.py` on a free loopback port (optionally pinned to some cores)."""
 
     def __init__(self, cpus: set[int] | None, app_dir: Path = ROOT):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}/"
         self.log = tempfile.NamedTemporaryFile("w+", suffix=".log", prefix="k3-capacity-", delete=False)
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "streamlit", "run", "streamlit_app.py", "--server.headless", "true",
+            [sys.executable, "-m", "streamlit", "run", "serve.py", "--server.headless", "true",
              "--server.address", "127.0.0.1", "--server.port", str(self.port), "--browser.gatherUsageStats",
              "false", "--server.fileWatcherType", "none"], cwd=app_dir, stdout=self.log, stderr=subprocess.STDOUT,
             preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None)
@@ -604,7 +604,7 @@ def main() -> int:
     ap.add_argument("--url", default=None, help="use a running server instead of starting one")
     ap.add_argument("--pid", type=int, default=None, help="with --url: the server's pid, for CPU and memory")
     ap.add_argument("--app-dir", type=Path, default=ROOT,
-                    help="the app to serve (a directory with streamlit_app.py; default this checkout), e.g. a "
+                    help="the app to serve (a directory with serve.py; default this checkout), e.g. a "
                          "snapshot: git archive HEAD | tar -x -C /tmp/k3-snap")
     ap.add_argument("--no-solo", dest="solo", action="store_false",
                     help="skip the pass that times every control once, alone on the server")

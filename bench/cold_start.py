@@ -1,4 +1,5 @@
-"""Cold start: from `streamlit run` to the first fully rendered Overview in headless Chromium.
+"""Cold start: from `streamlit run serve.py` (the README's start) to the first fully rendered Overview in headless
+Chromium.
 
 Prints each run and the median. Usage: python bench/cold_start.py [RUNS]
 The browser is launched before the clock starts; the clock covers the server's start, Python imports,
@@ -19,7 +20,7 @@ from bench.harness import CHROMIUM_FLAGS, IDLE, chromium_path, free_port  # noqa
 def one_run(browser) -> tuple[float, float]:
     port = free_port()
     t0 = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", "streamlit_app.py",
+    proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", "serve.py",
                              "--server.headless", "true", "--server.address", "127.0.0.1",
                              "--server.port", str(port)], cwd=ROOT, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)

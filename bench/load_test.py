@@ -4,7 +4,7 @@
     python bench/load_test.py --sessions 8 --pages routing,overview,attention
     python bench/load_test.py --phases 20 --json /tmp/load.json
 
-Each phase starts its own `streamlit run streamlit_app.py` on loopback (so the memory of one phase
+Each phase starts its own `streamlit run serve.py` on loopback (so the memory of one phase
 does not carry into the next), then N browser sessions (Playwright contexts of one headless
 Chromium) open at the same moment. Every session has its own prompt, with a unique marker word
 ("zebra07"), and its own settings, all given through the link: prompt pages get
@@ -101,7 +101,7 @@ class Server:
         self.port, self.base = port, f"http://127.0.0.1:{port}/"
         self.log = tempfile.NamedTemporaryFile("w+", suffix=".log", prefix="k3-load-", delete=False)
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "streamlit", "run", "streamlit_app.py", "--server.headless", "true",
+            [sys.executable, "-m", "streamlit", "run", "serve.py", "--server.headless", "true",
              "--server.address", "127.0.0.1", "--server.port", str(port), "--browser.gatherUsageStats", "false",
              "--server.fileWatcherType", "none"], cwd=ROOT, stdout=self.log, stderr=subprocess.STDOUT)
 

@@ -8,7 +8,7 @@
     python -m deploy --database-url postgresql+psycopg://k3@db.school/k3    # classes in PostgreSQL
 
 What it does: picks the replicas' ports (free loopback ports, or --base-port, --base-port + 1, ...),
-starts one `streamlit run streamlit_app.py` per replica (all with one cookie secret, so the XSRF
+starts one `streamlit run serve.py` per replica (all with one cookie secret, so the XSRF
 cookie of one replica is valid on the others), waits until each answers `/_stcore/health`, opens one
 page on each (so the first student does not wait for the model to load), writes an nginx.conf into a
 fresh temp dir and runs `nginx -p DIR -c DIR/nginx.conf -e DIR/error.log -g "daemon off;"`, prints the
@@ -173,7 +173,7 @@ class Deployment:
             env["K3_DATABASE_URL"] = self.database_url
         logf = open(r.log_path, "ab")
         r.proc = subprocess.Popen(
-            [sys.executable, "-m", "streamlit", "run", "streamlit_app.py", "--server.headless", "true",
+            [sys.executable, "-m", "streamlit", "run", "serve.py", "--server.headless", "true",
              "--server.address", r.host, "--server.port", str(r.port), "--browser.gatherUsageStats", "false",
              "--server.fileWatcherType", "none"],
             cwd=self.app_dir, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
@@ -387,7 +387,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                          "else the app folder's SQLite file)")
     ap.add_argument("--nginx", default=shutil.which("nginx") or "/usr/sbin/nginx", help="the nginx binary")
     ap.add_argument("--app-dir", type=Path, default=ROOT,
-                    help="the app to serve: a directory with streamlit_app.py (default this checkout)")
+                    help="the app to serve: a directory with serve.py (default this checkout)")
     ap.add_argument("--workdir", default=None, help="directory for the config and logs (default: a new temp dir)")
     ap.add_argument("--keep-dir", action="store_true", help="keep the temp dir (config, logs) at exit")
     ap.add_argument("--status-file", default=None, help="write a JSON description here once serving")
@@ -414,8 +414,8 @@ def main(argv=None) -> int:
         return 0
 
     proxy = not args.no_proxy
-    if args.replicas and not (args.app_dir / "streamlit_app.py").exists():
-        sys.exit(f"no streamlit_app.py in {args.app_dir}")
+    if args.replicas and not (args.app_dir / "serve.py").exists():
+        sys.exit(f"no serve.py in {args.app_dir}")
     if args.replicas == 0 and not args.upstream:
         sys.exit("nothing to serve: --replicas 0 and no --upstream")
     if proxy and not shutil.which(args.nginx) and not os.path.exists(args.nginx):

@@ -31,11 +31,12 @@ def pytest_configure(config):
 
 @contextlib.contextmanager
 def launch_server():
-    """Run `streamlit run streamlit_app.py` on a free loopback port; yields its base URL once healthy."""
+    """Run `streamlit run serve.py` (the README's start; K3_WARM=0 here, so it loads nothing before answering) on a
+    free loopback port; yields its base URL once healthy."""
     port = free_port()
     log = tempfile.NamedTemporaryFile("w+", suffix=".log", delete=False)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "streamlit", "run", "streamlit_app.py", "--server.headless", "true",
+        [sys.executable, "-m", "streamlit", "run", "serve.py", "--server.headless", "true",
          "--server.address", "127.0.0.1", "--server.port", str(port), "--browser.gatherUsageStats", "false",
          "--server.fileWatcherType", "none"], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}/"

@@ -230,3 +230,64 @@ def test_the_warm_up_computes_every_experiment_of_the_quantization_lab():
     assert set(warm.QUANT_EXPERIMENTS) == set(VARIANTS)
     names = [name for name, _ in warm.TASKS]
     assert all(any(repr(v) in n for n in names) for v in VARIANTS)
+
+
+def test_before_the_first_visit_the_pages_libraries_the_model_and_its_default_views_are_loaded(monkeypatch):
+    from app import routing_cache
+    monkeypatch.setenv("K3_WARM", "0")
+    assert warm.before_first_visit() == {}                           # the tests' servers start at once
+    monkeypatch.setenv("K3_WARM", "1")
+    done = warm.before_first_visit()
+    assert list(done) == [name for name, _ in warm.BEFORE_FIRST_VISIT]
+    failed = {name: why for name, why in done.items() if isinstance(why, str)}
+    assert not failed, failed
+    live = sys.modules["app.live"]
+    assert live.LOADED.is_set() and routing_cache.heldout_ready()
+
+
+def test_the_pages_modules_are_what_the_pages_import():
+    names = warm.page_modules()
+    # what views/routing.py, views/layer.py and streamlit_app.py import, read here by hand
+    assert {"app.routing_view", "app.routing_cache", "app.live", "app.layer_data", "app.classes_ui",
+            "app.lesson_author_ui", "app.navigation"} <= set(names)
+    assert all(n.split(".")[0] in ("app", "model") for n in names)
+    assert all(n in sys.modules for n in names)
+
+
+def test_serve_answers_once_the_first_visit_is_prepared():
+    """`streamlit run serve.py` (the README's start): its health check answers only after the loading, which its
+    log reports with every step done, and the page is served as `streamlit run streamlit_app.py` serves it."""
+    import urllib.request
+
+    from tests.conftest import free_port
+    port = free_port()
+    env = {**os.environ, "K3_WARM": "1", "K3_PREFETCH": "0"}
+    log = ROOT / "var" / f"test-serve-{port}.log"
+    log.parent.mkdir(exist_ok=True)
+    with open(log, "w") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "streamlit", "run", "serve.py", "--server.headless", "true", "--server.address",
+             "127.0.0.1", "--server.port", str(port), "--browser.gatherUsageStats", "false",
+             "--server.fileWatcherType", "none"], cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, env=env)
+    try:
+        base, text = f"http://127.0.0.1:{port}/", ""
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline and proc.poll() is None:
+            try:
+                if urllib.request.urlopen(base + "_stcore/health", timeout=1).read() == b"ok":
+                    text = log.read_text()                  # read at the first answer
+                    break
+            except OSError:
+                time.sleep(0.2)
+        assert text, "serve.py did not answer its health check:\n" + log.read_text()[-3000:]
+        assert "K3 Explorer: ready for the first visit in" in text and "failed" not in text, text[-3000:]
+        import asyncio
+
+        from deploy.protocol import warm as open_once
+        run = asyncio.run(open_once(base, "routing"))
+        assert run.ok, (run.status, run.exceptions)
+        assert any("Routing" in t for t in run.texts), run.texts[:10]
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+        log.unlink(missing_ok=True)
