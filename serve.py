@@ -2,13 +2,13 @@
 replica so).
 
 It serves streamlit_app.py's pages exactly as `streamlit run streamlit_app.py` does, and first, before it answers
-anyone, loads what a fresh server's first visitor would otherwise wait for on that visit (app/warm.py
-`before_first_visit`: the pages' libraries, the live model, its compiled kernels, the held-out routing, the
-default prompt's forward), ~3 s on this machine once per start. A shared link to the Routing explorer opened on a
-server just started is then drawn in the time of any first visit (docs/PERFORMANCE.md, first visits).
+anyone, prepares what a fresh server's first visitor would otherwise wait for on that visit (app/warm.py
+`before_first_visit`: the pages' libraries, the live model, its compiled kernels, the held-out routing, the default
+views that take longest), 6-8 s on this machine once per start. A shared link to the Routing explorer opened on a
+server just started then waits for none of it (docs/PERFORMANCE.md, first visits).
 `streamlit run` finds `app` below, an st.App, and serves it with uvicorn, which accepts connections once the
 lifespan's start-up has returned: the health check answers when the server is ready, not before.
-K3_WARM=0 (the tests' servers) skips the loading, and the server starts at once.
+K3_WARM=0 (the tests' servers) skips the preparation, and the server starts at once.
 """
 from __future__ import annotations
 

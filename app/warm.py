@@ -1,5 +1,6 @@
 """Warming a fresh server: what the pages' default views compute once per process, computed in the
-background after the first page a person opens, so the next pages they open find it ready.
+background after the first page a person opens, so the next pages they open find it ready. A server started as
+serve.py does the part a first visit waits for before it answers anyone (before_first_visit).
 
 Without it, a page's first visit after a server start pays for it itself (this 2-core machine): the Routing
 explorer ~3.5 s to route the held-out sample, Inside one layer ~1.8 s to load the live model, the balancing lab

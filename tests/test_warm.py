@@ -234,6 +234,7 @@ def test_the_warm_up_computes_every_experiment_of_the_quantization_lab():
 
 def test_before_the_first_visit_the_pages_libraries_the_model_and_its_default_views_are_loaded(monkeypatch):
     from app import routing_cache
+    from app.page_controls import link_controls
     monkeypatch.setenv("K3_WARM", "0")
     assert warm.before_first_visit() == {}                           # the tests' servers start at once
     monkeypatch.setenv("K3_WARM", "1")
@@ -243,6 +244,8 @@ def test_before_the_first_visit_the_pages_libraries_the_model_and_its_default_vi
     assert not failed, failed
     live = sys.modules["app.live"]
     assert live.LOADED.is_set() and routing_cache.heldout_ready()
+    assert "the Quantization lab's experiment 'act'" in done       # the page's default experiment
+    assert link_controls("views/quantization.py")["variant"].default == "act"
 
 
 def test_the_pages_modules_are_what_the_pages_import():
@@ -282,9 +285,11 @@ def test_serve_answers_once_the_first_visit_is_prepared():
         assert text, "serve.py did not answer its health check:\n" + log.read_text()[-3000:]
         assert "K3 Explorer: ready for the first visit in" in text and "failed" not in text, text[-3000:]
         import asyncio
+        from concurrent.futures import ThreadPoolExecutor
 
         from deploy.protocol import warm as open_once
-        run = asyncio.run(open_once(base, "routing"))
+        with ThreadPoolExecutor(1) as pool:        # a loop of its own: an earlier test may have one running here
+            run = pool.submit(asyncio.run, open_once(base, "routing")).result(timeout=300)
         assert run.ok, (run.status, run.exceptions)
         assert any("Routing" in t for t in run.texts), run.texts[:10]
     finally:
