@@ -268,7 +268,6 @@ class Prefetcher:
         if not self.enabled:
             return
         items = []
-        group = self.group if who is None else f"{self.group}:{who}"
         with self._lock:
             for wish in wishes:
                 key, base, model = wish[:3]
@@ -280,13 +279,14 @@ class Prefetcher:
                 if key is None:
                     items.append(("then", functools.partial(then, base)))
                 else:
-                    items.append((f"re-run {key[1:]}", functools.partial(self._compute, key, base, model, then, group)))
+                    items.append((f"re-run {key[1:]}", functools.partial(self._compute, key, base, model, then)))
             if who is None:
                 self._named = {w[0] for w in wishes if w[0] is not None}
+            group = self.group if who is None else f"{self.group}:{who}"
             self._groups.add(group)
         jobs.replace(group, jobs.Kind.PREFETCH, items)
 
-    def _compute(self, key: tuple, base: K3Output, model: K3Model, then, group: str) -> None:
+    def _compute(self, key: tuple, base: K3Output, model: K3Model, then) -> None:
         with computing():
             out = model.resume(base, key[1], options=key[2])
         with self._lock:
@@ -294,13 +294,8 @@ class Prefetcher:
             while len(self._ready) > self.keep:               # the oldest the newest wishes do not name goes first
                 old = [k for k in self._ready if k not in self._named] or list(self._ready)
                 self._ready.pop(old[0])
-        if then is None:
-            return
-        if not jobs.active("model") and not jobs.active("awaited"):
-            then(out)                                   # what the page builds of it
-        else:   # a visitor's computation came meanwhile: built once the server is quiet again (a wish of the same
-            # asker drops it), not left for the page to build when it is asked for (a class's burst after a Next)
-            jobs.submit(jobs.Kind.PREFETCH, f"then {key[1:]}", functools.partial(self._then_again, key, then), group)
+        if then is not None and not jobs.active("model") and not jobs.active("awaited"):
+            then(out)                                   # what the page builds of it, unless a computation came meanwhile
 
     def _then_again(self, key: tuple, then) -> None:
         """then(run) for a re-run computed before: the one held here, else the page's cached one (resume; computed

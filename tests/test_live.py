@@ -240,31 +240,3 @@ def test_a_class_students_next_step_is_prepared_beside_the_others():
     finally:
         pf.stop()
         pf.enabled = live.os.environ.get("K3_PREFETCH", "1") != "0"
-
-
-def test_what_a_page_builds_of_a_prefetched_run_waits_for_a_quiet_server_and_is_not_dropped():
-    """A prefetched re-run's then(run) (the page's charts of it) does not run while a visitor's computation is under
-    way; it runs once the server is quiet again, with that run, instead of never (which left a class's next step to
-    build its charts in the burst after the teacher's Next)."""
-    import time
-
-    from app import jobs
-    lv = live.live()
-    ids = tuple(prepare_prompt(PRESETS["Numbers"], lv.tokenizer).ids)
-    pf = live.Prefetcher(group="test-then")
-    pf.enabled = True
-    key = (ids, 70, RunOptions(RoutingOverride(top_k=6)))
-    built = []
-    with live.computing():                           # a visitor's computation spans the re-run's end
-        pf._compute(key, live.forward(ids), lv.model, built.append, "test-then")
-        assert pf.ready(key) and built == []          # computed, the building put off
-        time.sleep(jobs.QUIET_S[jobs.Kind.PREFETCH] + 0.3)
-        assert built == []                            # still busy: still put off
-    assert _wait(lambda: len(built) == 1)
-    assert built[0] is not None and torch.equal(built[0].logits, live.resume(ids, 70, key[2]).logits)
-    # a newer wish of the same asker drops it, like the asker's other waiting jobs
-    with live.computing():
-        pf._compute((ids, 71, key[2]), live.forward(ids), lv.model, built.append, "test-then")
-        jobs.drop("test-then")
-    time.sleep(jobs.QUIET_S[jobs.Kind.PREFETCH] + 0.5)
-    assert len(built) == 1
