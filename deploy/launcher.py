@@ -9,9 +9,9 @@
 
 What it does: picks the replicas' ports (free loopback ports, or --base-port, --base-port + 1, ...),
 starts one `streamlit run serve.py` per replica (all with one cookie secret, so the XSRF
-cookie of one replica is valid on the others), waits until each answers `/_stcore/health`, opens one
-page on each (so the first student does not wait for the model to load), writes an nginx.conf into a
-fresh temp dir and runs `nginx -p DIR -c DIR/nginx.conf -e DIR/error.log -g "daemon off;"`, prints the
+cookie of one replica is valid on the others), waits until each answers `/_stcore/health` (which serve.py
+does once it has loaded the model), opens one page on each (which queues the rest of its warm-up), writes an
+nginx.conf into a fresh temp dir and runs `nginx -p DIR -c DIR/nginx.conf -e DIR/error.log -g "daemon off;"`, prints the
 address, then watches:
 
 - active health checks: every --health-interval seconds it GETs `/_stcore/health` of every replica
