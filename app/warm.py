@@ -140,22 +140,6 @@ TASKS: tuple[tuple[str, Callable[[], None]], ...] = (
 )
 
 
-# what a fresh server's first visitor waited for on a page opened directly (a shared link), in order: the libraries
-# the pages import (torch, SQLAlchemy, altair... ~3 s), the live model, the compiled kernels, the held-out routing
-# (the Routing explorer's first view), the default prompt's forward (the default view of every page that runs it),
-# and the two default views that took a second or more: the balancing lab's simulation and the Quantization lab's
-# first experiment (its default, views/quantization.py)
-BEFORE_FIRST_VISIT: tuple[tuple[str, Callable[[], None]], ...] = (
-    ("the pages' modules", lambda: page_modules()),
-    ("the live model", _live),
-    ("the model's compiled kernels", _kernels),
-    ("the held-out sample's routing", _heldout),
-    ("the default prompt's forward", _default_forward),
-    ("the balancing lab's default simulation", _balance),
-    ("the Quantization lab's experiment 'act'", _quant_experiment("act")),
-)
-
-
 def page_modules(root: Path | None = None) -> list[str]:
     """Import every module of this app that the pages and the entry script import (read from their source), and
     return their names: a page's first run then finds them loaded."""
@@ -174,6 +158,24 @@ def page_modules(root: Path | None = None) -> list[str]:
     for name in sorted(names):
         importlib.import_module(name)
     return sorted(names)
+
+
+# what a fresh server's first visitor waited for on a page opened directly (a shared link), in order: the libraries
+# the pages import (torch, SQLAlchemy, altair... ~3 s), the live model, the compiled kernels, the held-out routing
+# (the Routing explorer's first view), the default prompt's forward (the default view of every page that runs it),
+# and the two default views that took a second or more: the balancing lab's simulation and the Quantization lab's
+# first experiment (its default, views/quantization.py)
+BEFORE_FIRST_VISIT: tuple[tuple[str, Callable[[], None]], ...] = (
+    ("the pages' modules", page_modules),
+    ("the live model", _live),
+    ("the model's compiled kernels", _kernels),
+    ("the held-out sample's routing", _heldout),
+    ("the default prompt's forward", _default_forward),
+    ("the balancing lab's default simulation", _balance),
+    ("the Quantization lab's experiment 'act'", _quant_experiment("act")),
+)
+
+
 
 
 def before_first_visit() -> dict[str, float | str]:
