@@ -14,9 +14,10 @@ The idle clock counts what visitors make the server do: page runs (streamlit_app
 warm-up task does not make the next wait. A job that starts waits for nothing more: a visitor who comes
 meanwhile waits for at most the one job under way (each is short: a re-run ~0.3 s, a warm-up task ~1-2 s).
 
-Python threads share one interpreter lock and the live model's forward is thousands of small operations, so
-a second worker would not run beside the first (two forwards in two threads took as long as in one); the
-server's second core is used by a second replica (`python -m deploy`, docs/DEPLOY.md).
+Python threads share one interpreter lock; the compiled kernels release it, about half of a forward, so two
+forwards in two threads run 1.2-1.5x faster than one after the other (docs/PERFORMANCE.md). The model still
+computes one thing at a time per process (app.live.computing) and one worker serves the jobs; the server's second
+core is used by a second replica (`python -m deploy`, docs/DEPLOY.md).
 """
 from __future__ import annotations
 

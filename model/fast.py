@@ -1,24 +1,37 @@
 """Compiled inference kernels for the parts of the forward that torch runs as many small operations.
 
-The plain references stay where they are and are what these are tested against (tests/test_fast.py):
+The loops themselves are in model/kernels.py (numba); here is what each computes, when it runs and the conversion
+between tensors and arrays. The plain references stay where they are and are what these are tested against
+(tests/test_fast.py):
+* `moe`: a whole model.moe.LatentMoE layer after its router's scores (torch's matmul and sigmoid): the top-k, the
+  routed experts per (token, slot) pair in expert order, their weighted sum, its RMSNorm and W_up, and the shared
+  experts, in one call where the torch layer takes ~120 operations.
+* `kda_layer`: a whole model.kda.KimiDeltaAttention layer between its two projections: the convolution, the norms
+  and gates, the recurrence of `kda`, the output norm and gate, in one call where torch takes ~120 operations.
 * `kda`: model.kda.kda_recurrent's loop (decay each key row, delta-rule write, read after the write), one
   token at a time per head. 64 tokens x 2 heads of 16 x 16 take ~30 us here where kda_chunked's ~40 small
   operations take ~250 us (bench/bench_model.py).
 * `experts`: model.moe.grouped_experts, one (token, slot) pair at a time: each pair's gate and up rows are read
   from the stacked expert tensors in place (no gathered copies of the weights), the activation runs in torch
   (vectorised, the same function as the reference), then the down projection and the weighted sum per token.
-* `topk`: the router's selection (model.moe.grouped_topk: torch.topk's values, equal values by index), from the
-  maxima of the strided groups (one torch operation) as a bar and a stable insertion of the values at or above it.
+* `topk`: the router's selection (model.moe.grouped_topk: torch.topk's values, equal values by index), with few
+  data-dependent branches (kernels._select).
 * `attnres`: model.attnres.AttnResQuery's read of the stacked sources (the key norm, the logits, the softmax over
-  depth and the mix, per token): ~186 reads a forward, ~4 ms less than their ~12 torch operations each.
+  depth and the mix, per token): ~186 reads a forward.
+* `rms_norm`: model.norms.RMSNorm, one call where torch takes eight operations (~400 norms a forward).
+* `mla`: a whole model.mla.GatedMLA layer without a cache up to W_o (projections, norms, causal attention, gate).
+`moe`, `kda_layer` and `mla` serve the layers whole where they can (`WHOLE_LAYERS`; a MoE layer with quantisation,
+forced or knocked-out experts, or a NaN score, and an MLA layer with a cache, take their parts); `kda`, `experts`
+and `topk` serve the parts.
 
 They run where nothing needs a gradient (the app's inference, evaluation), in float32 on the CPU (`usable`);
 training, float64 (the equivalence tests) and other devices take the torch reference. A forward decides once
 whether it uses them (model.k3 pins the choice for all its layers and records it in K3Output.kernels; a resume
-computes as its base did). numba compiles each kernel on first use (~1 s on this machine) and keeps the machine
-code in model/__pycache__ (`cache=True`); a later process loads it, though numba's own start costs ~0.6 s once per
-process, which a server takes off its first visitor's path with later() and a background warm(). K3_FAST=0 in the
-environment turns them off; `off()` does on one thread, e.g. to time the reference beside them.
+computes as its base did). numba compiles the kernels on first use (~10 s for all of them on this machine,
+`python -m model.fast`) and keeps the machine code in model/__pycache__ (`cache=True`); a later process loads it,
+though numba's own start costs ~0.6 s once per process, which a server takes off its first visitor's path with
+later() and a background warm(). K3_FAST=0 in the environment turns them off; `off()` does on one thread, e.g. to
+time the reference beside them.
 """
 from __future__ import annotations
 
@@ -35,6 +48,9 @@ _ENABLED = os.environ.get("K3_FAST", "1") != "0"
 _LATER = False                   # later(): the kernels run only once warm() has loaded them
 _LOADED = threading.Event()      # set by warm()
 _LOCAL = threading.local()       # this thread's pinned choice (pinned())
+# The whole-layer kernels (moe, kda_layer, mla) where they may run; False: those layers in parts, torch around the
+# smaller kernels (bench/bench_model.py measures what the whole layers buy)
+WHOLE_LAYERS = True
 
 
 @functools.lru_cache(maxsize=1)
@@ -64,8 +80,11 @@ def usable(*tensors: torch.Tensor) -> bool:
     if not active():
         return False
     grad = torch.is_grad_enabled()
-    return all(t.device.type == "cpu" and t.dtype == torch.float32 and not (grad and t.requires_grad)
-               for t in tensors)
+    f32 = torch.float32
+    for t in tensors:   # ~3,000 checks a forward: a plain loop, and is_cpu (t.device builds an object each time)
+        if t.dtype is not f32 or not t.is_cpu or (grad and t.requires_grad):
+            return False
+    return True
 
 
 @contextmanager
@@ -93,42 +112,13 @@ def later() -> None:
 
 
 def _arr(t: torch.Tensor) -> np.ndarray:
-    return t.detach().contiguous().numpy()
+    # each step only where it is needed: a forward converts ~2,000 tensors, and detach() alone costs ~1 us
+    if t.requires_grad:
+        t = t.detach()
+    return (t if t.is_contiguous() else t.contiguous()).numpy()
 
 
 # ---- KDA -------------------------------------------------------------------------------------------
-
-def _kda_loop(q, k, v, alpha, beta, scale, S, o):
-    # q, k, alpha [B, T, H, K]; v, o [B, T, H, V]; beta [B, T, H]; S [B, H, K, V], updated in place.
-    # Per token, as kda_recurrent: S <- diag(alpha) S; S <- S + k (beta (v - S^T k))^T; o = S^T (scale q)
-    B, T, H, K = q.shape
-    V = v.shape[3]
-    delta = np.empty(V, dtype=S.dtype)
-    for b in range(B):
-        for h in range(H):
-            for t in range(T):
-                for i in range(K):
-                    a = alpha[b, t, h, i]
-                    for j in range(V):
-                        S[b, h, i, j] *= a
-                for j in range(V):
-                    delta[j] = 0.0
-                for i in range(K):
-                    ki = k[b, t, h, i]
-                    for j in range(V):
-                        delta[j] += S[b, h, i, j] * ki                  # S^T k
-                bt = beta[b, t, h]
-                for j in range(V):
-                    delta[j] = bt * (v[b, t, h, j] - delta[j])
-                for j in range(V):
-                    o[b, t, h, j] = 0.0
-                for i in range(K):
-                    ki = k[b, t, h, i]
-                    qi = q[b, t, h, i] * scale
-                    for j in range(V):
-                        s = S[b, h, i, j] + ki * delta[j]
-                        S[b, h, i, j] = s
-                        o[b, t, h, j] += s * qi
 
 
 def kda(q, k, v, g, beta, scale: float, initial_state=None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -143,40 +133,40 @@ def kda(q, k, v, g, beta, scale: float, initial_state=None) -> tuple[torch.Tenso
     return torch.from_numpy(o), torch.from_numpy(S)
 
 
+def kda_layer(proj, tail, conv_w, w_fb, a_log, dt_bias, bound: float, scale: float, gain, eps: float, state
+              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """KimiDeltaAttention.forward between in_proj and out_proj for float32 CPU tensors (`usable`), in one compiled
+    pass (model/kernels.py kda_layer): (the gated, normalised read [B, T, P], the state after the last token [B, H,
+    K, V], the convolution's new tail [B, kc - 1, 3P]) from proj = in_proj(x) [B, T, C], the tail before the first
+    token [B, kc - 1, 3P], the depthwise convolution's weight [3P, 1, kc], W_fb [P, K], A_log [H], dt_bias [H, K],
+    the gate's bound, the read's scale, o_norm's gain and eps, and the state before (None: zeros)."""
+    B, T, _ = proj.shape
+    H, K = dt_bias.shape
+    V = gain.shape[0]
+    S = (np.zeros((B, H, K, V), dtype=np.float32) if state is None
+         else _arr(state).copy())                                          # the caller's state is not written
+    out = np.empty((B, T, H * V), dtype=np.float32)
+    new_tail = np.empty(tuple(tail.shape), dtype=np.float32)
+    _kernel("kda_layer")(_arr(proj), _arr(tail), _arr(conv_w[:, 0]), _arr(w_fb), _arr(a_log), _arr(dt_bias),
+                         np.float32(bound), np.float32(scale), _arr(gain), np.float32(eps), S, out, new_tail)
+    return torch.from_numpy(out), torch.from_numpy(S), torch.from_numpy(new_tail)
+
+
+def mla(x, w_dq, q_gain, w_uq, w_dkv, kv_gain, w_ukv, w_g, eps: float, nope: int, rope: int, scale: float
+        ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """GatedMLA.forward without a cache up to W_o for float32 CPU tensors (`usable`), in one compiled call
+    (model/kernels.py mla): (the gated attention output [B, T, H v], the cache's latent [B, T, kv_lora] and k_rope
+    [B, T, rope]) from x [B, T, d] and the layer's matrices as nn.Linear stores them, its norms' gains and eps."""
+    B, T, _ = x.shape
+    out = np.empty((B, T, w_g.shape[0]), dtype=np.float32)
+    latent = np.empty((B, T, kv_gain.shape[0]), dtype=np.float32)
+    k_rope = np.empty((B, T, rope), dtype=np.float32)
+    _kernel("mla")(_arr(x), _arr(w_dq), _arr(q_gain), _arr(w_uq), _arr(w_dkv), _arr(kv_gain), _arr(w_ukv), _arr(w_g),
+                   np.float32(eps), nope, np.float32(scale), out, latent, k_rope)
+    return torch.from_numpy(out), torch.from_numpy(latent), torch.from_numpy(k_rope)
+
+
 # ---- routed experts -----------------------------------------------------------------------------------
-
-def _gate_up_loop(z, idx, wg, wu, G, U):
-    # z [N, l]; idx [N, k]; wg, wu [E, f, l] ([out, in]); G, U [N, k, f] = each pair's z W_gate^T, z W_up^T
-    N, k = idx.shape
-    f, w = wg.shape[1], wg.shape[2]
-    for n in range(N):
-        for s in range(k):
-            e = idx[n, s]
-            for a in range(f):
-                g = np.float32(0.0)
-                u = np.float32(0.0)
-                for c in range(w):
-                    g += wg[e, a, c] * z[n, c]
-                    u += wu[e, a, c] * z[n, c]
-                G[n, s, a] = g
-                U[n, s, a] = u
-
-
-def _down_loop(h, idx, p, wd, out):
-    # h [N, k, f]; idx, p [N, k]; wd [E, l, f]; out [N, l] = sum_s p[n, s] h[n, s] W_down[idx[n, s]]^T
-    N, k = idx.shape
-    w, f = wd.shape[1], wd.shape[2]
-    for n in range(N):
-        for c in range(w):
-            out[n, c] = 0.0
-        for s in range(k):
-            e = idx[n, s]
-            ps = p[n, s]
-            for c in range(w):
-                acc = np.float32(0.0)
-                for a in range(f):
-                    acc += wd[e, c, a] * h[n, s, a]
-                out[n, c] += ps * acc
 
 
 def experts(z, indices, weights, w_gate, w_up, w_down, act, quant_act: bool = False) -> torch.Tensor:
@@ -199,57 +189,6 @@ def experts(z, indices, weights, w_gate, w_up, w_down, act, quant_act: bool = Fa
 
 # ---- the router's top-k --------------------------------------------------------------------------------
 
-def _topk_loop(x, gmax, m, vals, ids, cand):
-    # x [R, E]; gmax [R, G]: the maxima of the strided groups (group j: experts j, j + G, ...); vals, ids [R, m]: each
-    # row's m largest values, largest first, equal values by index. The m-th largest group maximum is a bar at most
-    # the m-th largest value (m groups reach it), so only values at or above it are sorted. False at a NaN.
-    R, E = x.shape
-    G = gmax.shape[1]
-    top = np.empty(m, dtype=x.dtype)
-    for r in range(R):
-        nan = 0
-        for j in range(G):
-            nan += gmax[r, j] != gmax[r, j]
-        if nan:
-            return False
-        n = 0
-        for j in range(G):                   # the m largest group maxima, by insertion (bar = the smallest of them)
-            v = gmax[r, j]
-            if n < m:
-                i = n
-                n += 1
-            elif v > top[m - 1]:
-                i = m - 1
-            else:
-                continue
-            while i > 0 and top[i - 1] < v:
-                top[i] = top[i - 1]
-                i -= 1
-            top[i] = v
-        bar = top[m - 1]
-        c = 0
-        for e in range(E):                   # in index order, without a branch: each index written, kept if >= bar
-            cand[c] = e
-            c += x[r, e] >= bar
-        n = 0
-        for a in range(c):                   # stable insertion: an equal value stays behind the earlier index
-            e = cand[a]
-            v = x[r, e]
-            if n < m:
-                i = n
-                n += 1
-            elif v > vals[r, m - 1]:
-                i = m - 1
-            else:
-                continue
-            while i > 0 and vals[r, i - 1] < v:
-                vals[r, i] = vals[r, i - 1]
-                ids[r, i] = ids[r, i - 1]
-                i -= 1
-            vals[r, i] = v
-            ids[r, i] = e
-    return True
-
 
 def topk(x: torch.Tensor, m: int, group: int = 8) -> tuple[torch.Tensor, torch.Tensor] | None:
     """torch.topk(x, m, dim=-1)'s values and indices (largest first; equal values by index) for a float32 CPU
@@ -257,48 +196,15 @@ def topk(x: torch.Tensor, m: int, group: int = 8) -> tuple[torch.Tensor, torch.T
     NaN (the caller falls back)."""
     E = x.shape[-1]
     a = _arr(x).reshape(-1, E)
-    gmax = x.reshape(-1, group, E // group).amax(1)                     # [R, E / group], one vectorised operation
     vals = np.empty((a.shape[0], m), dtype=np.float32)
     ids = np.empty((a.shape[0], m), dtype=np.int64)
-    if not _kernel("topk")(a, _arr(gmax), m, vals, ids, np.empty(E + 1, dtype=np.int64)):
+    if not _kernel("topk")(a, m, group, vals, ids):
         return None
     lead = x.shape[:-1]
     return torch.from_numpy(vals).reshape(*lead, m), torch.from_numpy(ids).reshape(*lead, m)
 
 
 # ---- the Attention Residuals read ---------------------------------------------------------------------------
-
-def _attnres_loop(V, gain, proj, eps, h, a):
-    # V [N, S, d] raw sources; gain, proj [d]; h [N, d]; a [N, S]. Per token, as AttnResQuery: the logit of source s
-    # is RMSNorm_nogain(V_s) . (gain * proj) = (V_s . w) / sqrt(mean(V_s^2) + eps); a = softmax over s; h = a V
-    N, S, d = V.shape
-    w = np.empty(d, dtype=V.dtype)
-    for c in range(d):
-        w[c] = gain[c] * proj[c]
-    for n in range(N):
-        top = -np.inf
-        for s in range(S):
-            ss = np.float32(0.0)
-            dot = np.float32(0.0)
-            for c in range(d):
-                v = V[n, s, c]
-                ss += v * v
-                dot += v * w[c]
-            logit = dot / np.sqrt(ss / d + eps)
-            a[n, s] = logit
-            top = max(top, logit)
-        total = np.float32(0.0)
-        for s in range(S):
-            e = np.exp(a[n, s] - top)
-            a[n, s] = e
-            total += e
-        for s in range(S):
-            a[n, s] /= total
-        for c in range(d):
-            acc = np.float32(0.0)
-            for s in range(S):
-                acc += a[n, s] * V[n, s, c]
-            h[n, c] = acc
 
 
 def attnres(V, gain, proj, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
@@ -312,20 +218,52 @@ def attnres(V, gain, proj, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.from_numpy(h).reshape(*lead, d), torch.from_numpy(a).reshape(*lead, S)
 
 
+# ---- RMSNorm -------------------------------------------------------------------------------------------------------
+
+def rms_norm(x: torch.Tensor, gain: torch.Tensor, eps: float) -> torch.Tensor:
+    """model.norms.RMSNorm(x) with this gain for float32 CPU tensors (`usable`): one call where the reference takes
+    eight operations (~400 norms a forward)."""
+    a = _arr(x).reshape(-1, x.shape[-1])
+    out = np.empty_like(a)
+    _kernel("rms_norm")(a, _arr(gain), np.float32(eps), out)
+    return torch.from_numpy(out).reshape(x.shape)
+
+
+# ---- a whole MoE layer -------------------------------------------------------------------------------------------
+
+def moe(x, scores, bias, k: int, group: int, w_down, gain, eps: float, w_up, scale: float, w_gate, w_up_e, w_down_e,
+        shared, activation: str, beta_gate: float, beta_up: float):
+    """model.moe.LatentMoE.forward's output y [N, d] and routing (indices [N, k], weights [N, k], cutoff [N]) for x
+    [N, d] and its router's scores sigmoid(x W_r^T) [N, E] (torch computes them: a matmul it does ~4x faster), selecting
+    with scores + bias ([E], or None), in one compiled call (model/kernels.py moe): the top-k, the routed experts in
+    the latent space (w_down [l, d], gain, eps: its RMSNorm, w_up [d, l], scale: the routed scaling factor; the
+    stacked expert tensors w_gate, w_up_e [E, f, l] and w_down_e [E, l, f]) and the shared experts (`shared`: their
+    gate, up and down matrices as nn.Linear stores them); the activation "situ_glu" (with its bounds beta_gate,
+    beta_up) or "swiglu". For float32 CPU tensors (`usable`), E a multiple of `group` and k + 1 at most E // group;
+    None when a score is NaN (the caller falls back to the reference)."""
+    N, E = scores.shape
+    m = k + 1 if k < E else k
+    b = np.zeros(E, dtype=np.float32) if bias is None else _arr(bias)
+    idx = np.empty((N, k), dtype=np.int64)
+    p = np.empty((N, k), dtype=np.float32)
+    cut = np.empty(N, dtype=np.float32)
+    y = np.empty((N, x.shape[1]), dtype=np.float32)
+    sg, su, sd = (_arr(w) for w in shared)
+    act = {"situ_glu": 0, "swiglu": 1}[activation]
+    if not _kernel("moe")(_arr(x), _arr(scores), b, k, m, group, _arr(w_down), _arr(gain), np.float32(eps),
+                          _arr(w_up), np.float32(scale), _arr(w_gate), _arr(w_up_e), _arr(w_down_e), sg, su, sd,
+                          act, np.float32(beta_gate), np.float32(beta_up), idx, p, cut, y):
+        return None
+    return torch.from_numpy(y), torch.from_numpy(idx), torch.from_numpy(p), torch.from_numpy(cut)
+
+
 # ---- compilation --------------------------------------------------------------------------------------
-
-# name: (loop, fastmath). The experts' sums over the latent width are reductions, which the compiler vectorises
-# only when it may reorder them (fastmath): ~1.3x here, each sum then in another order than the reference's (within
-# float32 rounding). The KDA loop's inner loops run over the state's columns and vectorise as written.
-_LOOPS = {"kda": (_kda_loop, False), "gate_up": (_gate_up_loop, True), "down": (_down_loop, True),
-          "topk": (_topk_loop, False), "attnres": (_attnres_loop, False)}
-
 
 @functools.lru_cache(maxsize=None)
 def _kernel(name: str):
-    # nogil: a session's forward runs beside the others' (the server's threads); cache: compiled once per machine
-    loop, fastmath = _LOOPS[name]
-    return _numba().njit(nogil=True, cache=True, fastmath=fastmath)(loop)
+    # the loops live in model/kernels.py, which imports numba: imported at the first kernel a process runs
+    from model import kernels
+    return getattr(kernels, name)
 
 
 def warm() -> bool:
@@ -340,6 +278,14 @@ def warm() -> bool:
             torch.zeros(1, 2, 2), torch.zeros(1, 2, 2), torch.mul)
     topk(torch.zeros(1, 8), 1)
     attnres(torch.zeros(1, 2, 2), torch.ones(2), torch.zeros(2), 1e-5)
+    rms_norm(torch.zeros(1, 2), torch.ones(2), 1e-5)
+    w = torch.zeros(1, 1)
+    mla(torch.zeros(1, 1, 1), w, torch.ones(1), torch.zeros(2, 1), torch.zeros(2, 1), torch.ones(1),
+        torch.zeros(2, 1), torch.zeros(1, 1), 1e-5, 1, 1, 1.0)
+    kda_layer(torch.zeros(1, 1, 10), torch.zeros(1, 1, 6), torch.zeros(6, 1, 2), torch.zeros(2, 1), torch.zeros(2),
+              torch.zeros(2, 1), -5.0, 1.0, torch.ones(1), 1e-5, None)
+    e = torch.zeros(16, 1, 1)
+    moe(w, torch.zeros(1, 16), None, 1, 8, w, torch.ones(1), 1e-5, w, 1.0, e, e, e, (w, w, w), "situ_glu", 4.0, 25.0)
     _LOADED.set()
     return True
 

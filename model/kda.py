@@ -245,6 +245,16 @@ class KimiDeltaAttention(nn.Module):
 
     def forward(self, x, cache=None, chunked=True):
         B, T, _ = x.shape
+        # each parameter read once (an nn.Module attribute costs ~0.7 us)
+        weights = (self.in_proj.weight, self.conv.weight, self.W_fb.weight, self.A_log, self.dt_bias, self.o_norm.weight)
+        if chunked and fast.WHOLE_LAYERS and fast.usable(x, *weights, *(() if cache is None else (cache.state,))):
+            # inference: everything between the two projections in one compiled pass (model/fast.py kda_layer)
+            tail = (cache.conv_tail.to(x.dtype) if cache is not None
+                    else x.new_zeros(B, self.kc - 1, 3 * self.P))
+            o, state, new_tail = fast.kda_layer(F.linear(x, weights[0]), tail, *weights[1:5], self.bound,
+                                                self.dk ** -0.5, weights[5], self.o_norm.eps,
+                                                cache.state if cache is not None else None)
+            return self.out_proj(o), KDACache(state=state, conv_tail=new_tail)
         q, k, v, g, beta, og, new_tail = self._prepare(x, cache)
         init = cache.state if cache is not None else None
         scale = self.dk ** -0.5                                        # step 3, applied in the kernel

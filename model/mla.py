@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from model import fast
 from model.config import K3Config
 from model.norms import RMSNorm
 
@@ -90,6 +91,12 @@ class GatedMLA(nn.Module):
     def forward(self, x: torch.Tensor, cache: MLACache | None = None,
                 absorbed: bool = False) -> tuple[torch.Tensor, MLACache]:
         B, T, _ = x.shape
+        if cache is None and not absorbed and self.w_g is not None and fast.WHOLE_LAYERS:
+            weights = (self.w_dq.weight, self.q_norm.weight, self.w_uq.weight, self.w_dkv.weight,
+                       self.kv_norm.weight, self.w_ukv.weight, self.w_g.weight)
+            if fast.usable(x, *weights):   # inference: everything up to W_o in one compiled call (model/fast.py)
+                o, latent, k_rope = fast.mla(x, *weights, self.q_norm.eps, self.nope, self.rope, self.scale)
+                return self.w_o(o), MLACache(latent, k_rope)
         q = self._query(x)                                                    # [B, T, H, nope + rope]
         kv = self._latent(x, cache)                                           # S = T_cached + T
         S = kv.length

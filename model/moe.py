@@ -16,7 +16,7 @@ from torch import nn
 
 from model import fast
 from model.activations import ACTIVATIONS, GLUFFN
-from model.config import K3Config
+from model.config import BETA_GATE, BETA_UP, K3Config
 from model.norms import RMSNorm
 from model.quant import mx_fake_quant
 
@@ -168,6 +168,11 @@ class Router(nn.Module):
         nn.init.kaiming_uniform_(self.weight, a=math.sqrt(5))                   # nn.Linear's default
         self.register_buffer("expert_bias", torch.zeros(n_experts))             # b [E]
 
+    def score(self, x: torch.Tensor) -> torch.Tensor:
+        """s = sigmoid(x W_r) [..., E] for x [..., d], in fp32 (fp64 for fp64 x)."""
+        rdt = torch.float64 if x.dtype == torch.float64 else torch.float32
+        return F.linear(x.to(rdt), self.weight.to(rdt)).sigmoid_()          # in place: no second [N, E] buffer
+
     def forward(self, x: torch.Tensor, override: RoutingOverride | None = None) -> RouteInfo:
         """x [..., d] -> RouteInfo with the leading dims of x. Scores in fp32 (fp64 for fp64 x)."""
         rdt = torch.float64 if x.dtype == torch.float64 else torch.float32
@@ -175,7 +180,7 @@ class Router(nn.Module):
         bias_used = self.expert_bias.to(rdt) if use_bias else None
         bias = self.expert_bias.detach().clone() if use_bias else torch.zeros_like(self.expert_bias)
         if not (torch.is_grad_enabled() and (self.weight.requires_grad or x.requires_grad)):
-            scores = torch.sigmoid(F.linear(x.to(rdt), self.weight.to(rdt)))    # [..., E]
+            scores = self.score(x)                                              # [..., E]
             idx, p, cutoff = route(scores, bias_used, self.top_k, override)     # [..., k], [..., k], [...]
             return RouteInfo(scores, idx, p, cutoff, bias)
         # Training: the top-k has no gradient, so the loss reaches W_r (and x) only through the k chosen
@@ -183,7 +188,7 @@ class Router(nn.Module):
         # values and gradients as differentiating all E scores, without keeping (or back-propagating
         # through) the [N, E] score matrix, which dominated a large batch's step.
         with torch.no_grad():
-            scores = torch.sigmoid(F.linear(x.to(rdt), self.weight.to(rdt)))    # [..., E]
+            scores = self.score(x)                                              # [..., E]
             idx, _, cutoff = route(scores, bias_used, self.top_k, override)
         w_sel = F.embedding(idx, self.weight.to(rdt))                           # [..., k, d] rows of W_r
         s_sel = torch.sigmoid((x.to(rdt).unsqueeze(-2) * w_sel).sum(-1))        # [..., k]
@@ -325,8 +330,42 @@ class LatentMoE(nn.Module):
     def forward(self, x: torch.Tensor, routing: RoutingOverride | None = None, quant: bool = False,
                 activation: str | None = None) -> tuple[torch.Tensor, RouteInfo]:
         B, T, d = x.shape
+        compiled = self._compiled(x.reshape(B * T, d), routing, quant, activation)
+        if compiled is not None:
+            y, r = compiled
+            return y.reshape(B, T, d), r.reshape(B, T)
         r = self.router(x.reshape(B * T, d), routing)                         # indices, weights [N, k]
         return self.apply_route(x, r.indices, r.weights, quant, activation), r.reshape(B, T)
+
+    def _compiled(self, xf: torch.Tensor, routing: RoutingOverride | None, quant: bool, activation: str | None
+                  ) -> tuple[torch.Tensor, RouteInfo] | None:
+        # The whole layer after the router's scores in one compiled call (model/fast.py moe, where router +
+        # apply_route take ~120 operations) where it computes the same: inference in float32 on the CPU, with a latent
+        # space, no quantisation, no forced or knocked-out experts, and a top-k the grouped selection serves.
+        # None elsewhere, or at a NaN score: then the torch reference.
+        ov = routing or RoutingOverride()
+        E = self.n_experts
+        if quant or ov.forced or ov.knocked_out or self.down is None or not fast.WHOLE_LAYERS:
+            return None
+        k = ov.resolve(E, self.top_k)
+        m = k + 1 if k < E else k
+        if E % 8 or m * 16 > E:
+            return None
+        # each parameter read once: a module attribute costs ~0.7 us (nn.Module.__getattr__), ~20 a layer
+        router, shared = self.router, self.shared
+        weights = (router.weight, router.expert_bias, self.down.weight, self.norm.weight, self.up.weight, self.w_gate,
+                   self.w_up, self.w_down, shared.w_gate.weight, shared.w_up.weight, shared.w_down.weight)
+        if not fast.usable(xf, *weights):
+            return None
+        w_r, b, w_down, gain, w_up, wg, wu, wd = weights[:8]
+        scores = router.score(xf)                                             # [N, E]
+        got = fast.moe(xf, scores, b if ov.use_bias else None, k, 8, w_down, gain, self.norm.eps, w_up,
+                       self.cfg.router_scale, wg, wu, wd, weights[8:], activation or self.activation,
+                       BETA_GATE, BETA_UP)
+        if got is None:
+            return None
+        y, idx, p, cutoff = got
+        return y, RouteInfo(scores, idx, p, cutoff, b.detach().clone() if ov.use_bias else torch.zeros_like(b))
 
     def apply_route(self, x: torch.Tensor, indices: torch.Tensor, weights: torch.Tensor, quant: bool = False,
                     activation: str | None = None) -> torch.Tensor:

@@ -4,6 +4,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from model import fast
+
 
 def rms_norm(x: torch.Tensor, eps: float = 1e-5) -> torch.Tensor:
     # No gain: used for AttnRes keys. Computed in fp32 (or fp64 if given), returned in that dtype.
@@ -18,4 +20,6 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if fast.usable(x, self.weight):              # inference: one compiled call (model/fast.py)
+            return fast.rms_norm(x, self.weight, self.eps)
         return (rms_norm(x, self.eps) * self.weight).to(x.dtype)

@@ -3,6 +3,7 @@
 References are computed in float64 from the same float32 inputs (kda_recurrent; a loop over tokens and slots for the
 experts), so a kernel that reads a wrong weight, skips the decay or mixes up gate and up is off by far more than
 float32 rounding."""
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -12,6 +13,7 @@ from model.activations import ACTIVATIONS
 from model.config import K3Config
 from model.k3 import K3Model
 from model.kda import KimiDeltaAttention, kda_recurrent
+from model.moe import LatentMoE, RoutingOverride
 from model.quant import mx_fake_quant
 
 # loaded here (an app test before may have asked for them later: app.live calls fast.later())
@@ -219,3 +221,177 @@ def test_a_fresh_attnres_query_weights_every_source_alike():
         h, a = q(V)
     assert torch.allclose(a, torch.full((2, 3, 5), 0.2)) and torch.allclose(h, torch.stack(V).mean(0), atol=1e-6)
     assert fast.usable(h)                              # the compiled read answered
+
+
+@pytest.mark.parametrize("rows,levels", [(64, 40), (8, 3), (4, 1000)])
+def test_topk_of_tied_values_is_the_lexicographic_order(rows, levels):
+    # values on a coarse grid: ties at the bar; the answer is the largest values first, equal ones by index, whether
+    # the kernel ranks its candidates (few) or inserts them (many)
+    g = torch.Generator().manual_seed(rows * levels)
+    x = torch.randint(0, levels, (rows, 896), generator=g).float() / levels
+    x[:, ::7] = -x[:, ::7]                              # -0.0 among the zeros, equal to +0.0
+    vals, ids = fast.topk(x, 17)
+    order = sorted(range(896), key=lambda e: (-float(x[0, e]), e))[:17]
+    assert ids[0].tolist() == order
+    for r in range(rows):
+        ref = sorted(range(896), key=lambda e: (-float(x[r, e]), e))[:17]
+        assert ids[r].tolist() == ref and torch.equal(vals[r], x[r, ref])
+
+
+# ---- the elementwise functions the fused kernels use (model/kernels.py) -----------------------------------------
+
+def _elementwise(which: int, x: torch.Tensor) -> torch.Tensor:
+    from model import kernels
+    out = np.empty(x.numel(), dtype=np.float32)
+    kernels.elementwise(x.numpy(), which, out)
+    return torch.from_numpy(out)
+
+
+def test_exp_sigmoid_and_tanh_are_within_two_float32_ulps():
+    x = torch.cat([torch.linspace(-100, 100, 40001),
+                   torch.logspace(-12, 1, 2001), -torch.logspace(-12, 1, 2001), torch.tensor([0.0, -0.0])])
+    ref = x.double()
+    inside = x.abs() <= 80
+    e = _elementwise(0, x).double()
+    assert ((e[inside] - ref[inside].exp()).abs() <= 2.4e-7 * ref[inside].exp()).all()     # 2 ulp of the value
+    assert (e[x > 80] == torch.tensor(80.0).double().exp().float().double()).all()        # clamped, never inf
+    assert (e[x < -80] > 1.17e-38).all()                                                   # never subnormal
+    s = _elementwise(1, x).double()
+    assert ((s - torch.sigmoid(ref)).abs() <= 2.4e-7 * torch.sigmoid(ref) + 1e-34).all()
+    t = _elementwise(2, x).double()
+    assert ((t - torch.tanh(ref)).abs() <= 2.4e-7 * torch.tanh(ref).abs()).all()         # relative, near 0 too
+    assert torch.equal(t, -_elementwise(2, -x).double())                                  # odd, exactly
+    assert t[x.abs() >= 10].abs().eq(1).all()
+
+
+@pytest.mark.parametrize("name,code", [("situ_glu", 0), ("swiglu", 1)])
+def test_the_compiled_activations_equal_the_reference(name, code):
+    from model import kernels
+    from model.config import BETA_GATE, BETA_UP
+    g = torch.Generator().manual_seed(code)
+    gate = torch.cat([torch.randn(20000, generator=g) * 6, torch.tensor([0.0, 1e-6, -1e-6, 300.0, -300.0, float("nan")])])
+    up = torch.cat([torch.randn(20000, generator=g) * 40, torch.tensor([1.0, 1e-6, -2.0, 500.0, -500.0, 1.0])])
+    out = np.empty(gate.numel(), dtype=np.float32)
+    kernels.glu(gate.numpy(), up.numpy(), code, np.float32(BETA_GATE), np.float32(BETA_UP), out)
+    ref = ACTIVATIONS[name](gate.double(), up.double())
+    got = torch.from_numpy(out).double()
+    assert torch.isnan(got[-1]) and torch.isnan(ref[-1])                                    # a NaN stays a NaN
+    assert torch.allclose(got[:-1], ref[:-1], rtol=1e-6, atol=1e-9)
+    if name == "situ_glu":
+        assert got[:-1].abs().max() <= BETA_GATE * BETA_UP                                  # the report's bound
+
+
+def test_rms_norm_in_one_call_equals_the_norm():
+    from model.norms import RMSNorm, rms_norm
+    g = torch.Generator().manual_seed(3)
+    norm = RMSNorm(16)
+    with torch.no_grad():
+        norm.weight.copy_(torch.rand(16, generator=g) + 0.5)
+    x = torch.randn(2, 7, 3, 16, generator=g) * torch.rand(2, 7, 3, 1, generator=g) * 10
+    with torch.inference_mode():
+        y = norm(x.transpose(1, 2))                                                        # a strided input too
+    ref = rms_norm(x.double().transpose(1, 2), norm.eps) * norm.weight.double()
+    assert y.shape == ref.shape and torch.allclose(y.double(), ref, rtol=1e-6, atol=1e-6)
+
+
+# ---- whole layers in one call -----------------------------------------------------------------------------------
+
+def _perturbed(module: torch.nn.Module, seed: int) -> torch.nn.Module:
+    # every parameter moved off its initial value, so a kernel that ignores one (a gain, a bias) is seen
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in module.parameters():
+            p.add_(torch.randn(p.shape, generator=g) * 0.1 * (p.abs().mean() + 0.1))
+        for name, b in module.named_buffers():
+            if b.is_floating_point():
+                b.add_(torch.randn(b.shape, generator=g) * 0.05)
+    return module.eval()
+
+
+@pytest.mark.parametrize("B,T", [(2, 37), (1, 1), (1, 2), (3, 5)])
+def test_a_kda_layer_in_one_call_equals_the_torch_layer(B, T, monkeypatch):
+    cfg = K3Config.tiny()
+    layer = _perturbed(KimiDeltaAttention(cfg), B * 100 + T)
+    g = torch.Generator().manual_seed(T)
+    x, step = torch.randn(B, T, cfg.d_model, generator=g), torch.randn(B, 1, cfg.d_model, generator=g)
+    calls = []
+    real = fast.kda_layer
+    monkeypatch.setattr(fast, "kda_layer", lambda *a: calls.append(1) or real(*a))
+    with torch.inference_mode():
+        y, cache = layer(x)
+        y2, cache2 = layer(step, cache=cache)                                              # one decode step
+        with fast.off():
+            y_ref, cache_ref = layer(x)
+            y2_ref, cache2_ref = layer(step, cache=cache_ref)
+    assert len(calls) == 2                                                                 # the fused path ran
+    torch.testing.assert_close(y, y_ref, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(y2, y2_ref, rtol=1e-4, atol=1e-5)
+    for got, ref in ((cache, cache_ref), (cache2, cache2_ref)):
+        torch.testing.assert_close(got.state, ref.state, rtol=1e-4, atol=1e-5)
+        assert torch.equal(got.conv_tail, ref.conv_tail)                                  # copied, not computed
+
+
+@pytest.mark.parametrize("override,activation,scale", [
+    (None, None, 1.0), (RoutingOverride(top_k=4), None, 1.0), (RoutingOverride(top_k=40), "swiglu", 1.0),
+    (RoutingOverride(use_bias=False), None, 2.827), (None, "swiglu", 1.0)])
+def test_a_moe_layer_in_one_call_equals_the_torch_layer(override, activation, scale, monkeypatch):
+    cfg = K3Config.tiny().with_(router_scale=scale)
+    layer = _perturbed(LatentMoE(cfg), 7)
+    x = torch.randn(2, 33, cfg.d_model, generator=torch.Generator().manual_seed(1))
+    calls = []
+    real = fast.moe
+    monkeypatch.setattr(fast, "moe", lambda *a: calls.append(1) or real(*a))
+    with torch.inference_mode():
+        y, r = layer(x, override, activation=activation)
+        with fast.off():
+            y_ref, r_ref = layer(x, override, activation=activation)
+    assert calls == [1]
+    torch.testing.assert_close(y, y_ref, rtol=1e-4, atol=1e-5)
+    assert torch.equal(r.scores, r_ref.scores) and torch.equal(r.bias, r_ref.bias)
+    assert torch.equal(r.indices, r_ref.indices) and torch.equal(r.cutoff, r_ref.cutoff)  # distinct scores: one answer
+    torch.testing.assert_close(r.weights, r_ref.weights, rtol=1e-6, atol=1e-7)
+    assert torch.allclose(r.weights.sum(-1), torch.ones(2, 33))
+
+
+@pytest.mark.parametrize("case", ["quant", "forced", "knocked_out", "nan"])
+def test_a_moe_layer_takes_the_reference_where_one_call_cannot_serve(case, monkeypatch):
+    cfg = K3Config.tiny()
+    layer = _perturbed(LatentMoE(cfg), 8)
+    layer.precompute_quant()
+    x = torch.randn(1, 9, cfg.d_model, generator=torch.Generator().manual_seed(2))
+    override = {"forced": RoutingOverride(forced=(3, 9)), "knocked_out": RoutingOverride(knocked_out=(1, 2))}.get(case)
+    if case == "nan":
+        x[0, 4] = float("nan")
+    calls = []
+    real = fast.moe
+    monkeypatch.setattr(fast, "moe", lambda *a: calls.append(real(*a)) or calls[-1])
+    with torch.inference_mode():
+        y, r = layer(x, override, quant=case == "quant")
+        with fast.off():
+            y_ref, r_ref = layer(x, override, quant=case == "quant")
+    assert calls == ([None] if case == "nan" else [])                                      # declined, or never asked
+    torch.testing.assert_close(y, y_ref, rtol=1e-4, atol=1e-5, equal_nan=True)
+    assert torch.equal(r.indices, r_ref.indices) if case != "nan" else bool(torch.isnan(y[0, 4]).all())
+
+
+@pytest.mark.parametrize("B,T", [(1, 64), (2, 5), (1, 1)])
+def test_an_mla_layer_in_one_call_equals_the_torch_layer(B, T, monkeypatch):
+    from model.mla import GatedMLA
+    cfg = K3Config.tiny()
+    layer = _perturbed(GatedMLA(cfg), B * 10 + T)
+    g = torch.Generator().manual_seed(B + T)
+    x, step = torch.randn(B, T, cfg.d_model, generator=g), torch.randn(B, 1, cfg.d_model, generator=g)
+    calls = []
+    real = fast.mla
+    monkeypatch.setattr(fast, "mla", lambda *a: calls.append(1) or real(*a))
+    with torch.inference_mode():
+        y, cache = layer(x)
+        y2, _ = layer(step, cache=cache, absorbed=True)                                     # a decode step reads it
+        with fast.off():
+            y_ref, cache_ref = layer(x)
+            y2_ref, _ = layer(step, cache=cache_ref, absorbed=True)
+    assert calls == [1]                                                                   # the prefill only
+    torch.testing.assert_close(y, y_ref, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(cache.latent, cache_ref.latent, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(cache.k_rope, cache_ref.k_rope, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(y2, y2_ref, rtol=1e-4, atol=1e-5)
