@@ -21,7 +21,7 @@ between tensors and arrays. The plain references stay where they are and are wha
 * `rms_norm`: model.norms.RMSNorm, one call where torch takes eight operations (~400 norms a forward).
 * `mla`: a whole model.mla.GatedMLA layer without a cache up to W_o (projections, norms, causal attention, gate).
 `moe`, `kda_layer` and `mla` serve the layers whole where they can (`WHOLE_LAYERS`; a MoE layer with quantisation,
-forced or knocked-out experts, or a NaN score, and an MLA layer with a cache, take their parts); `kda`, `experts`
+the dense view of every expert or a NaN score, and an MLA layer with a cache, take their parts); `kda`, `experts`
 and `topk` serve the parts.
 
 They run where nothing needs a gradient (the app's inference, evaluation), in float32 on the CPU (`usable`);
@@ -232,25 +232,30 @@ def rms_norm(x: torch.Tensor, gain: torch.Tensor, eps: float) -> torch.Tensor:
 # ---- a whole MoE layer -------------------------------------------------------------------------------------------
 
 def moe(x, scores, bias, k: int, group: int, w_down, gain, eps: float, w_up, scale: float, w_gate, w_up_e, w_down_e,
-        shared, activation: str, beta_gate: float, beta_up: float):
+        shared, activation: str, beta_gate: float, beta_up: float, forced: tuple[int, ...] = (),
+        knocked_out: tuple[int, ...] = ()):
     """model.moe.LatentMoE.forward's output y [N, d] and routing (indices [N, k], weights [N, k], cutoff [N]) for x
     [N, d] and its router's scores sigmoid(x W_r^T) [N, E] (torch computes them: a matmul it does ~4x faster), selecting
-    with scores + bias ([E], or None), in one compiled call (model/kernels.py moe): the top-k, the routed experts in
+    with scores + bias ([E], or None) as model.moe.route does (the `forced` experts in the first slots, the
+    `knocked_out` ones never), in one compiled call (model/kernels.py moe): the top-k, the routed experts in
     the latent space (w_down [l, d], gain, eps: its RMSNorm, w_up [d, l], scale: the routed scaling factor; the
     stacked expert tensors w_gate, w_up_e [E, f, l] and w_down_e [E, l, f]) and the shared experts (`shared`: their
     gate, up and down matrices as nn.Linear stores them); the activation "situ_glu" (with its bounds beta_gate,
-    beta_up) or "swiglu". For float32 CPU tensors (`usable`), E a multiple of `group` and k + 1 at most E // group;
-    None when a score is NaN (the caller falls back to the reference)."""
+    beta_up) or "swiglu". For float32 CPU tensors (`usable`), E a multiple of `group` and the free slots + 1 at most
+    E // group (the caller checks); None when a score is NaN (the caller falls back to the reference)."""
     N, E = scores.shape
-    m = k + 1 if k < E else k
+    m = min(k - len(forced) + 1, E)
     b = np.zeros(E, dtype=np.float32) if bias is None else _arr(bias)
+    blocked = np.zeros(E, dtype=np.int8)
+    blocked[list(forced) + list(knocked_out)] = 1
     idx = np.empty((N, k), dtype=np.int64)
     p = np.empty((N, k), dtype=np.float32)
     cut = np.empty(N, dtype=np.float32)
     y = np.empty((N, x.shape[1]), dtype=np.float32)
     sg, su, sd = (_arr(w) for w in shared)
     act = {"situ_glu": 0, "swiglu": 1}[activation]
-    if not _kernel("moe")(_arr(x), _arr(scores), b, k, m, group, _arr(w_down), _arr(gain), np.float32(eps),
+    if not _kernel("moe")(_arr(x), _arr(scores), b, np.array(forced, dtype=np.int64), blocked, k, m, group,
+                          _arr(w_down), _arr(gain), np.float32(eps),
                           _arr(w_up), np.float32(scale), _arr(w_gate), _arr(w_up_e), _arr(w_down_e), sg, su, sd,
                           act, np.float32(beta_gate), np.float32(beta_up), idx, p, cut, y):
         return None

@@ -538,14 +538,16 @@ def rms_norm(x, gain, eps, out):
 # ---- a whole MoE layer -------------------------------------------------------------------------------------------
 
 @njit(fastmath=_REORDER, **_LOOP)
-def moe(x, s, bias, k, m, group, w_down, gain, eps, w_up, scale, wg, wu, wd, sg, su, sd, act, beta_gate, beta_up,
-        idx, p, cut, y):
+def moe(x, s, bias, forced, blocked, k, m, group, w_down, gain, eps, w_up, scale, wg, wu, wd, sg, su, sd, act,
+        beta_gate, beta_up, idx, p, cut, y):
     """model.moe.LatentMoE.forward after its router's scores s = sigmoid(x W_r^T) [N, E], for x [N, d] (False at a
     NaN score):
-    * per token, the selection: the m largest of s[n] + bias ([N, E] sigmoid scores, [E]; m = k + 1, or k when k is
-      every expert; E a multiple of `group`, m at most E // group), by _select; idx[n] [k] the first k experts,
-      cut[n] the (k+1)-th biased score (-inf when m = k), p[n] [k] their raw scores renormalised to sum 1; and the
-      latent z = W_down x (w_down [l, d]);
+    * per token, the selection of model.moe.route: the forced experts (forced [nf]) in the first slots, then the
+      m largest of s[n] + bias ([N, E] sigmoid scores, [E]) among the experts not blocked (blocked [E]: 1 for a forced
+      or knocked-out expert), by _select; m = free + 1 for the free = k - nf slots and the cutoff, or free when that
+      is every expert; E a multiple of `group`, m at most E // group. idx[n] [k] the experts, cut[n] the (free+1)-th
+      biased score (-inf when m = free), p[n] [k] their raw scores renormalised to sum 1; and the latent z = W_down
+      x (w_down [l, d]);
     * the routed experts per (token, slot) pair, in expert order so that each expert's rows are read once and the
       layer's weights stream through in address order: act(W_g,i z, W_u,i z), then W_d,i of it (wg, wu [E, f, l],
       wd [E, l, f]);
@@ -555,6 +557,8 @@ def moe(x, s, bias, k, m, group, w_down, gain, eps, w_up, scale, wg, wu, wd, sg,
     N, d = x.shape
     E = s.shape[1]
     G = E // group
+    nf = forced.shape[0]
+    free = k - nf
     l, f, fs = w_down.shape[0], wg.shape[1], sg.shape[0]
     row = np.empty(E, dtype=np.float32)
     key = np.empty(E, dtype=np.int32)
@@ -569,6 +573,7 @@ def moe(x, s, bias, k, m, group, w_down, gain, eps, w_up, scale, wg, wu, wd, sg,
         nan = 0
         for e in range(E):
             v = s[n, e] + bias[e]
+            v = v if blocked[e] == 0 else np.float32(-np.inf)
             row[e] = v
             b = order_key(v)
             key[e] = b
@@ -576,14 +581,17 @@ def moe(x, s, bias, k, m, group, w_down, gain, eps, w_up, scale, wg, wu, wd, sg,
         if nan:
             return False
         _select(row, key, m, gmax, groups, cand, cv, vals, ids)
-        cut[n] = vals[k] if m > k else -np.inf
+        cut[n] = vals[free] if m > free else -np.inf
+        for i in range(nf):
+            idx[n, i] = forced[i]
+        for i in range(free):
+            idx[n, nf + i] = ids[i]
         total = np.float32(0.0)
         for i in range(k):
-            idx[n, i] = ids[i]
-            total += s[n, ids[i]]
+            total += s[n, idx[n, i]]
         total = max(total, np.float32(1e-30))
         for i in range(k):
-            p[n, i] = s[n, ids[i]] / total
+            p[n, i] = s[n, idx[n, i]] / total
         for c in range(l):                                  # z = W_down x
             acc = np.float32(0.0)
             for j in range(d):

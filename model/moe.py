@@ -341,15 +341,15 @@ class LatentMoE(nn.Module):
                   ) -> tuple[torch.Tensor, RouteInfo] | None:
         # The whole layer after the router's scores in one compiled call (model/fast.py moe, where router +
         # apply_route take ~120 operations) where it computes the same: inference in float32 on the CPU, with a latent
-        # space, no quantisation, no forced or knocked-out experts, and a top-k the grouped selection serves.
-        # None elsewhere, or at a NaN score: then the torch reference.
+        # space, no quantisation, and a top-k the grouped selection serves (not the dense view of every expert).
+        # None elsewhere, or at a NaN score: then the torch reference. Overrides of k, the bias and forced or
+        # knocked-out experts are served too, so a what-if and its base compute their unchanged tokens alike.
         ov = routing or RoutingOverride()
         E = self.n_experts
-        if quant or ov.forced or ov.knocked_out or self.down is None or not fast.WHOLE_LAYERS:
+        if quant or self.down is None or not fast.WHOLE_LAYERS:
             return None
         k = ov.resolve(E, self.top_k)
-        m = k + 1 if k < E else k
-        if E % 8 or m * 16 > E:
+        if E % 8 or min(k - len(ov.forced) + 1, E) * 16 > E:            # grouped_topk's own condition
             return None
         # each parameter read once: a module attribute costs ~0.7 us (nn.Module.__getattr__), ~20 a layer
         router, shared = self.router, self.shared
@@ -361,7 +361,7 @@ class LatentMoE(nn.Module):
         scores = router.score(xf)                                             # [N, E]
         got = fast.moe(xf, scores, b if ov.use_bias else None, k, 8, w_down, gain, self.norm.eps, w_up,
                        self.cfg.router_scale, wg, wu, wd, weights[8:], activation or self.activation,
-                       BETA_GATE, BETA_UP)
+                       BETA_GATE, BETA_UP, ov.forced, ov.knocked_out)
         if got is None:
             return None
         y, idx, p, cutoff = got
