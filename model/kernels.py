@@ -321,22 +321,26 @@ def mla(x, w_dq, q_gain, w_uq, w_dkv, kv_gain, w_ukv, w_g, eps, nope, scale, out
 
 # ---- routed experts -----------------------------------------------------------------------------------------
 
+@njit(inline="always")
+def _gate_up_pair(wg, wu, e, z, gate, up):
+    # one (token, slot) pair: gate, up [f] = W_gate,e z and W_up,e z (wg, wu [E, f, l], [out, in]; z [l])
+    for a in range(wg.shape[1]):
+        g = np.float32(0.0)
+        u = np.float32(0.0)
+        for c in range(wg.shape[2]):
+            g += wg[e, a, c] * z[c]
+            u += wu[e, a, c] * z[c]
+        gate[a] = g
+        up[a] = u
+
+
 @njit(fastmath=_REORDER, **_LOOP)
 def gate_up(z, idx, wg, wu, G, U):
     # z [N, l]; idx [N, k]; wg, wu [E, f, l] ([out, in]); G, U [N, k, f] = each pair's z W_gate^T, z W_up^T
     N, k = idx.shape
-    f, w = wg.shape[1], wg.shape[2]
     for n in range(N):
         for s in range(k):
-            e = idx[n, s]
-            for a in range(f):
-                g = np.float32(0.0)
-                u = np.float32(0.0)
-                for c in range(w):
-                    g += wg[e, a, c] * z[n, c]
-                    u += wu[e, a, c] * z[n, c]
-                G[n, s, a] = g
-                U[n, s, a] = u
+            _gate_up_pair(wg, wu, idx[n, s], z[n], G[n, s], U[n, s])
 
 
 @njit(fastmath=_REORDER, **_LOOP)
@@ -612,15 +616,7 @@ def moe(x, s, bias, forced, blocked, k, m, group, w_down, gain, eps, w_up, scale
     up = np.empty((P, f), dtype=np.float32)
     for r in range(P):                                      # each pair's gate and up, in expert order
         a = order[r]
-        n, e = a // k, idx[a // k, a % k]
-        for h in range(f):
-            g = np.float32(0.0)
-            v = np.float32(0.0)
-            for c in range(l):
-                g += wg[e, h, c] * z[n, c]
-                v += wu[e, h, c] * z[n, c]
-            gate[r, h] = g
-            up[r, h] = v
+        _gate_up_pair(wg, wu, idx[a // k, a % k], z[a // k], gate[r], up[r])
     if act == 0:                                            # one vectorised pass of the activation
         for r in range(P):
             for h in range(f):

@@ -308,15 +308,20 @@ def _perturbed(module: torch.nn.Module, seed: int) -> torch.nn.Module:
     return module.eval()
 
 
+def _counted(monkeypatch, name: str) -> list:
+    # fast.<name> still computes; the list gets one entry per call (the test checks which path a layer took)
+    calls, real = [], getattr(fast, name)
+    monkeypatch.setattr(fast, name, lambda *a: calls.append(1) or real(*a))
+    return calls
+
+
 @pytest.mark.parametrize("B,T", [(2, 37), (1, 1), (1, 2), (3, 5)])
 def test_a_kda_layer_in_one_call_equals_the_torch_layer(B, T, monkeypatch):
     cfg = K3Config.tiny()
     layer = _perturbed(KimiDeltaAttention(cfg), B * 100 + T)
     g = torch.Generator().manual_seed(T)
     x, step = torch.randn(B, T, cfg.d_model, generator=g), torch.randn(B, 1, cfg.d_model, generator=g)
-    calls = []
-    real = fast.kda_layer
-    monkeypatch.setattr(fast, "kda_layer", lambda *a: calls.append(1) or real(*a))
+    calls = _counted(monkeypatch, "kda_layer")
     with torch.inference_mode():
         y, cache = layer(x)
         y2, cache2 = layer(step, cache=cache)                                              # one decode step
@@ -341,9 +346,7 @@ def test_a_moe_layer_in_one_call_equals_the_torch_layer(override, activation, sc
     cfg = K3Config.tiny().with_(router_scale=scale)
     layer = _perturbed(LatentMoE(cfg), 7)
     x = torch.randn(2, 33, cfg.d_model, generator=torch.Generator().manual_seed(1))
-    calls = []
-    real = fast.moe
-    monkeypatch.setattr(fast, "moe", lambda *a: calls.append(1) or real(*a))
+    calls = _counted(monkeypatch, "moe")
     with torch.inference_mode():
         y, r = layer(x, override, activation=activation)
         with fast.off():
@@ -384,9 +387,7 @@ def test_an_mla_layer_in_one_call_equals_the_torch_layer(B, T, monkeypatch):
     layer = _perturbed(GatedMLA(cfg), B * 10 + T)
     g = torch.Generator().manual_seed(B + T)
     x, step = torch.randn(B, T, cfg.d_model, generator=g), torch.randn(B, 1, cfg.d_model, generator=g)
-    calls = []
-    real = fast.mla
-    monkeypatch.setattr(fast, "mla", lambda *a: calls.append(1) or real(*a))
+    calls = _counted(monkeypatch, "mla")
     with torch.inference_mode():
         y, cache = layer(x)
         y2, _ = layer(step, cache=cache, absorbed=True)                                     # a decode step reads it
