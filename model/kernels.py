@@ -108,6 +108,29 @@ def glu(g, u, act, beta_gate, beta_up, out):
         out[i] = glu32(g[i], u[i], act, beta_gate, beta_up)
 
 
+# ---- small pieces the layers share ------------------------------------------------------------------------------
+
+@njit(inline="always")
+def _matvec(w, x, out):
+    # out [R] = w [R, C] x [C]
+    for r in range(w.shape[0]):
+        acc = np.float32(0.0)
+        for c in range(w.shape[1]):
+            acc += w[r, c] * x[c]
+        out[r] = acc
+
+
+@njit(inline="always")
+def _rms_gain(x, gain, eps):
+    # x [C] in place: model.norms.RMSNorm
+    ss = np.float32(0.0)
+    for c in range(x.shape[0]):
+        ss += x[c] * x[c]
+    inv = np.float32(1.0) / np.sqrt(ss / np.float32(x.shape[0]) + eps)
+    for c in range(x.shape[0]):
+        x[c] = x[c] * inv * gain[c]
+
+
 # ---- KDA ---------------------------------------------------------------------------------------------------------
 
 @njit(**_LOOP)
@@ -217,36 +240,12 @@ def kda_layer(proj, tail, conv_w, w_fb, a_log, dt_bias, bound, scale, gain, eps,
                         s = S[b, h, i, j] + ki * delta[j]
                         S[b, h, i, j] = s
                         o[j] += s * qi
-                ss = np.float32(0.0)
+                _rms_gain(o, gain, eps)
                 for j in range(V):
-                    ss += o[j] * o[j]
-                inv = np.float32(1.0) / np.sqrt(ss / np.float32(V) + eps)
-                for j in range(V):
-                    out[b, t, h * V + j] = o[j] * inv * gain[j] * sigmoid32(proj[b, t, g0 + h * V + j])
+                    out[b, t, h * V + j] = o[j] * sigmoid32(proj[b, t, g0 + h * V + j])
 
 
 # ---- gated MLA ---------------------------------------------------------------------------------------------------
-
-@njit(inline="always")
-def _matvec(w, x, out):
-    # out [R] = w [R, C] x [C]
-    for r in range(w.shape[0]):
-        acc = np.float32(0.0)
-        for c in range(w.shape[1]):
-            acc += w[r, c] * x[c]
-        out[r] = acc
-
-
-@njit(inline="always")
-def _rms_gain(x, gain, eps):
-    # x [C] in place: model.norms.RMSNorm
-    ss = np.float32(0.0)
-    for c in range(x.shape[0]):
-        ss += x[c] * x[c]
-    inv = np.float32(1.0) / np.sqrt(ss / np.float32(x.shape[0]) + eps)
-    for c in range(x.shape[0]):
-        x[c] = x[c] * inv * gain[c]
-
 
 @njit(fastmath=_REORDER, **_LOOP)
 def mla(x, w_dq, q_gain, w_uq, w_dkv, kv_gain, w_ukv, w_g, eps, nope, scale, out, latent, k_rope):
@@ -529,14 +528,10 @@ def attnres(V, gain, proj, eps, h, a):
 @njit(fastmath=_REORDER, **_LOOP)
 def rms_norm(x, gain, eps, out):
     # x, out [R, D]; gain [D]: model.norms.RMSNorm, x / sqrt(mean(x^2) + eps) * gain per row
-    R, D = x.shape
-    for r in range(R):
-        ss = np.float32(0.0)
-        for c in range(D):
-            ss += x[r, c] * x[r, c]
-        inv = np.float32(1.0) / np.sqrt(ss / np.float32(D) + eps)
-        for c in range(D):
-            out[r, c] = x[r, c] * inv * gain[c]
+    for r in range(x.shape[0]):
+        for c in range(x.shape[1]):
+            out[r, c] = x[r, c]
+        _rms_gain(out[r], gain, eps)
 
 
 # ---- a whole MoE layer -------------------------------------------------------------------------------------------
@@ -596,11 +591,7 @@ def moe(x, s, bias, forced, blocked, k, m, group, w_down, gain, eps, w_up, scale
         total = max(total, np.float32(1e-30))
         for i in range(k):
             p[n, i] = s[n, idx[n, i]] / total
-        for c in range(l):                                  # z = W_down x
-            acc = np.float32(0.0)
-            for j in range(d):
-                acc += w_down[c, j] * x[n, j]
-            z[n, c] = acc
+        _matvec(w_down, x[n], z[n])                         # z = W_down x
     P = N * k                                               # pair n k + i: token n, slot i
     start = np.zeros(E + 1, dtype=np.int64)
     for a in range(P):
@@ -628,14 +619,12 @@ def moe(x, s, bias, forced, blocked, k, m, group, w_down, gain, eps, w_up, scale
     out = np.empty((P, l), dtype=np.float32)                # E_i(z) of each pair, by pair id
     for r in range(P):
         a = order[r]
-        e = idx[a // k, a % k]
-        for c in range(l):
-            acc = np.float32(0.0)
-            for h in range(f):
-                acc += wd[e, c, h] * gate[r, h]
-            out[a, c] = acc
+        _matvec(wd[idx[a // k, a % k]], gate[r], out[a])   # W_d,i h, in expert order
     u = np.empty(l, dtype=np.float32)
     hs = np.empty(fs, dtype=np.float32)
+    hu = np.empty(fs, dtype=np.float32)
+    shared = np.empty(d, dtype=np.float32)
+    routed = np.empty(d, dtype=np.float32)
     for n in range(N):
         for c in range(l):
             u[c] = 0.0
@@ -643,26 +632,15 @@ def moe(x, s, bias, forced, blocked, k, m, group, w_down, gain, eps, w_up, scale
             pi = p[n, i]
             for c in range(l):
                 u[c] += pi * out[n * k + i, c]
-        ss = np.float32(0.0)
         for c in range(l):
             u[c] *= scale
-            ss += u[c] * u[c]
-        inv = np.float32(1.0) / np.sqrt(ss / np.float32(l) + eps)
-        for c in range(l):
-            u[c] = u[c] * inv * gain[c]                     # RMSNorm(u) with its gain
-        for h in range(fs):                                 # the shared experts' hidden values
-            g = np.float32(0.0)
-            v = np.float32(0.0)
-            for j in range(d):
-                g += sg[h, j] * x[n, j]
-                v += su[h, j] * x[n, j]
-            hs[h] = glu32(g, v, act, beta_gate, beta_up)
-        for j in range(d):                                  # shared + routed
-            sh = np.float32(0.0)
-            for h in range(fs):
-                sh += sd[j, h] * hs[h]
-            r = np.float32(0.0)
-            for c in range(l):
-                r += w_up[j, c] * u[c]
-            y[n, j] = sh + r
+        _rms_gain(u, gain, eps)                             # RMSNorm(u) with its gain
+        _matvec(sg, x[n], hs)                               # the shared experts' hidden values
+        _matvec(su, x[n], hu)
+        for h in range(fs):
+            hs[h] = glu32(hs[h], hu[h], act, beta_gate, beta_up)
+        _matvec(sd, hs, shared)
+        _matvec(w_up, u, routed)
+        for j in range(d):
+            y[n, j] = shared[j] + routed[j]
     return True
