@@ -1,18 +1,26 @@
 """A class on one server: do 40 students answering a lesson slow the app, and how soon does the teacher see them?
 
-    python bench/class_capacity.py --students 40 --duration 600 --proxy 2    # the goal run (about 25 minutes)
+    python bench/class_capacity.py --students 40 --duration 600 --proxy 2    # the goal run (about 35 minutes)
     python bench/class_capacity.py --students 5 --duration 60                 # a quick look, one server
     python bench/class_capacity.py --students 40 --duration 180 --proxy 2 --postgres --json /tmp/class.json
 
 The goal (docs/PERFORMANCE.md): a class of 40 students answering over 10 minutes, the teacher's dashboard
 showing each answer within 2 s, and the students' interaction p95 unchanged from the app without a class.
 
-Two phases on the same server(s), one after the other, so the comparison is one machine under one load:
+Three phases on the same server(s), one after the other, so the comparison is one machine under one load
+(`--phases` picks and orders them):
 
-1. **No class**: bench/capacity.py's students, unchanged (`capacity.run_level`): each opens the Routing
+1. **mix**, no lesson: bench/capacity.py's students, unchanged (`capacity.run_level`): each opens the Routing
    explorer with its own prompt and, thinking 10-30 s between inputs, changes a control (65 %) or opens
    another page.
-2. **A class**: the same number of students (other prompts, so neither phase finds the other's model runs
+2. **alone**, the lesson without a class: the class's students, inputs and pages, each on their own. A class
+   puts every student on the page of the teacher's step (a quarter of this lesson's time on the balancing lab,
+   whose controls cost more than the Routing explorer's), so the mix is not the same app's baseline; this
+   phase is. Each student opens the lesson's link, makes the same inputs as in the class (below), and when a
+   follow timer would have seen the teacher's next step (every FOLLOW_S s, looked up without a server run)
+   opens that step's link itself. What differs from the class is the class alone: the store, the follow
+   fragment's reruns, the dashboard.
+3. **class**: the same number of students (other prompts in each phase, so no phase finds another's model runs
    cached) in a class of the lesson sparse-experts, made directly in the store the servers use
    (`app.classes.Store.start` and `join`). Each opens the lesson's link with its seat and its own prompt,
    `routing?lesson=sparse-experts&lesson_step=1&class=CODE&seat=KEY&preset=own&text=...`, and after each
@@ -31,7 +39,7 @@ Two phases on the same server(s), one after the other, so the comparison is one 
    fragment opens the new step's page within FOLLOW_S s: a burst of page runs, part of a class's load.
 
 Measured, per phase: the students' interaction latency (capacity's: from the input message to the run's
-`script_finished`, page controls only, so the two phases compare the same inputs), page opens and
+`script_finished`, page controls only, so the phases compare the same kind of input; also by page), page opens and
 navigations, errors (any run not finished, a traceback on the page, another student's prompt, an answer not
 "Sent to your class"), the servers' CPU and peak RSS (capacity's capacity.Sampler) and the load average. For the
 class: the Check, Next, follow and dashboard runs, and the **dashboard latency** of each answer: from the
@@ -39,8 +47,8 @@ end of the student's Check run (the answer is in the database by then: Check's c
 the end of the first dashboard run of the teacher whose "N answered" for that step counts it. An answer's
 place in the count is its rank by the store's time (`k3_answers.at`) among the step's answers. Only
 answers to the step the dashboard shows can be seen there; answers to another step (a student still on
-the previous one) are counted apart. The class's inputs are also reported in two groups: those that started
-within AFTER_NEXT_S (15 s) after a teacher's Next step, and the rest.
+the previous one) are counted apart. The inputs of a lesson's phases are also reported in two groups: those
+that started within AFTER_NEXT_S (15 s) after the teacher's Next step (or when it would have come), and the rest.
 
 The database is a fresh SQLite file in a temporary folder (`K3_DATABASE_URL`; with --proxy passed to
 `python -m deploy --database-url`), or --database-url, or --postgres: a private PostgreSQL cluster
@@ -69,7 +77,7 @@ sys.path.insert(0, str(ROOT))
 from streamlit.proto.BackMsg_pb2 import BackMsg  # noqa: E402
 from streamlit.proto.WidgetStates_pb2 import WidgetState  # noqa: E402
 
-from app import lessons  # noqa: E402
+from app import classes_ui, lessons  # noqa: E402
 from app.classes import Store  # noqa: E402
 from bench import capacity  # noqa: E402
 from bench.harness import pct, postgres_bin, private_postgres  # noqa: E402
@@ -164,10 +172,22 @@ def answer_state(w, q: lessons.Question, rng: random.Random) -> WidgetState:
     return s
 
 
-async def class_student(i: int, nickname: str, seat: str, code: str, lesson: lessons.Lesson, level: capacity.Level,
-                        base: str, args, t0: float, stop_at: float, rng: random.Random, checks: dict):
+def led_step(lesson: lessons.Lesson, args, t0: float, now: float) -> int:
+    """The step the teacher leads to at `now`: one more every --step-every s, as teacher() clicks Next step."""
+    return min(len(lesson.steps), 1 + int((now - t0) // args.step_every))
+
+
+async def class_student(i: int, nickname: str, seat: str | None, code: str | None, lesson: lessons.Lesson,
+                        level: capacity.Level, base: str, args, t0: float, stop_at: float, rng: random.Random,
+                        checks: dict):
+    """One student of the lesson. With a class (`code` and `seat`): led by the teacher through the panel's follow
+    fragment. Alone (both None): the same lesson from its link without a class, the same inputs, and the step
+    the teacher would lead to opened by the student's own link as soon as a follow timer would have seen it
+    (every FOLLOW_S s, no server run for the look), so the two phases differ by the class alone."""
     own = f"zebra{i:03d}"
     page, answered = "routing", set()
+    text = capacity.TEMPLATES[i % len(capacity.TEMPLATES)].format(i=i)
+    in_class = code is not None
 
     def record(kind, what, run, ok=None, note=""):
         bad = capacity.foreign_markers(run.texts, own)
@@ -179,9 +199,10 @@ async def class_student(i: int, nickname: str, seat: str, code: str, lesson: les
     await asyncio.sleep(rng.uniform(0, args.ramp))
     s = Tab(base, timeout=args.timeout)
     await s.connect()
+    look_at = time.perf_counter() + rng.uniform(0, classes_ui.FOLLOW_S)       # alone: the emulated follow timer
     try:
-        run = await s.open(page, {"lesson": LESSON, "lesson_step": "1", "class": code, "seat": seat,
-                                  "preset": "own", "text": capacity.TEMPLATES[i % len(capacity.TEMPLATES)].format(i=i)})
+        link = {"lesson": LESSON, "lesson_step": "1", "preset": "own", "text": text}
+        run = await s.open(page, {**link, "class": code, "seat": seat} if in_class else link)
         n, box = s.lesson_step()
         # the link's step shows the student's own prompt; a class already led further opens its step's view
         record("open", page, run, box is not None and (n != 1 or any(own in t for t in run.texts)),
@@ -189,13 +210,22 @@ async def class_student(i: int, nickname: str, seat: str, code: str, lesson: les
         while time.perf_counter() < stop_at:
             act_at = min(time.perf_counter() + rng.uniform(*args.think), stop_at)
             while (now := time.perf_counter()) < act_at:        # thinking; the panel's timer goes on
-                if await s.wait_lost(max(0.0, min(s.next_due(), act_at) - now)):
+                due = s.next_due() if in_class else look_at
+                if await s.wait_lost(max(0.0, min(due, act_at) - now)):
                     level.ops.append(capacity.Op(level.students, i, "lost", page, "websocket", 0.0, "disconnected",
                                                  False, 0, time.perf_counter() - t0, "", s.replica))
                     return
-                async for run in s.fire_due():
-                    page = s.shown_page(page)
-                    record("follow", "follow", run)
+                if in_class:
+                    async for run in s.fire_due():
+                        page = s.shown_page(page)
+                        record("follow", "follow", run)
+                elif time.perf_counter() >= look_at:
+                    look_at = max(look_at + classes_ui.FOLLOW_S, time.perf_counter())
+                    led = led_step(lesson, args, t0, time.perf_counter())
+                    if s.lesson_step()[0] != led:
+                        page = lesson.steps[led - 1].page
+                        run = await s.open(page, {**link, "lesson_step": str(led)})
+                        record("follow", "follow", run, s.lesson_step()[0] == led, "the led step did not open")
             if time.perf_counter() >= stop_at:
                 break
             n, box = s.lesson_step()
@@ -208,10 +238,10 @@ async def class_student(i: int, nickname: str, seat: str, code: str, lesson: les
                     continue
                 run = await s.set_widget(check, next_state(check, rng))
                 sent = any("Sent to your class" in t for t in run.texts)
-                if sent:
+                if sent or not in_class:
                     checks[(nickname, n)] = time.time()
                     answered.add(n)
-                record("check", check.key, run, sent, "answer not sent to the class")
+                record("check", check.key, run, sent or not in_class, "answer not sent to the class")
                 continue
             nxt = s.find("k3_lesson_next")
             if n in answered and nxt is not None and not nxt.proto.disabled and rng.random() < args.next:
@@ -298,6 +328,43 @@ def the_lesson(app_dir: Path) -> lessons.Lesson:
     return lessons.load(app_dir / "lessons" / f"{LESSON}.toml")
 
 
+def split_after_next(ops, nexts: list[float]) -> tuple[list[float], list[float]]:
+    """The students' inputs that started within AFTER_NEXT_S of a step change (every student's page opens the new
+    step then), and the rest: where a class's cost to the others' inputs falls."""
+    near, rest = [], []
+    for o in ops:
+        if o.kind == "interact" and o.ok:
+            start = o.t - o.seconds
+            (near if any(0 <= start - t <= AFTER_NEXT_S for t in nexts) else rest).append(o.seconds)
+    return near, rest
+
+
+def run_times(level: capacity.Level) -> dict:
+    def times(kind):
+        xs = [o.seconds for o in level.ops if o.kind == kind and o.ok]
+        return {"n": len(xs), "p50": pct(xs, 50), "p95": pct(xs, 95), "max": max(xs, default=float("nan"))}
+    return {k: times(k) for k in ("answer", "check", "next", "follow", "dashboard", "lead")}
+
+
+async def alone_phase(n: int, base: str, sampler: capacity.Sampler, args, rng: random.Random) -> tuple[capacity.Level, dict]:
+    """The lesson without a class: the class phase's students and inputs, each student on their own (other prompts,
+    so neither phase finds the other's model runs cached), moved to the step the teacher would lead to by their
+    own link. The baseline that differs from a class by the class alone."""
+    lesson = the_lesson(args.app_dir)
+    level, ru0, t0, stop_at = capacity.open_level(n, sampler, args.duration)
+    checks: dict = {}
+    tasks = [class_student(2 * n + k, f"student{k:02d}", None, None, lesson, level, base, args, t0, stop_at,
+                           random.Random(rng.random()), checks) for k in range(1, n + 1)]
+    for r in await asyncio.gather(*tasks, return_exceptions=True):
+        if isinstance(r, BaseException):
+            level.ops.append(capacity.Op(n, -1, "crash", "", type(r).__name__, 0.0, str(r)[:200], False, 0, 0.0))
+    await capacity.close_level(level, t0, sampler, ru0)
+    nexts = [k * args.step_every for k in range(1, len(lesson.steps))]
+    near, rest = split_after_next(level.ops, nexts)
+    return level, {"answers_checked": len(checks), "runs": run_times(level),
+                   "after_next": {"n": len(near), "p95": pct(near, 95)}, "other_inputs": {"n": len(rest), "p95": pct(rest, 95)}}
+
+
 async def class_phase(n: int, base: str, sampler: capacity.Sampler, args, rng: random.Random,
                       url: str) -> tuple[capacity.Level, dict]:
     lesson = the_lesson(args.app_dir)
@@ -321,28 +388,28 @@ async def class_phase(n: int, base: str, sampler: capacity.Sampler, args, rng: r
     store.end(info.id)
     store.engine.dispose()
 
-    # the students' inputs that started within AFTER_NEXT_S of the teacher's Next step, when every student's page
-    # opens the new step, against the rest: where a class's cost to the others' inputs falls
     nexts = [o.t for o in level.ops if o.kind == "lead" and o.what == "k3_class_next"]
-    near, rest = [], []
-    for o in level.ops:
-        if o.kind == "interact" and o.ok:
-            start = o.t - o.seconds
-            (near if any(0 <= start - t <= AFTER_NEXT_S for t in nexts) else rest).append(o.seconds)
-
-    def times(kind):
-        xs = [o.seconds for o in level.ops if o.kind == kind and o.ok]
-        return {"n": len(xs), "p50": pct(xs, 50), "p95": pct(xs, 95), "max": max(xs, default=float("nan"))}
+    near, rest = split_after_next(level.ops, nexts)
     extra = {"code": info.code, "answers_stored": len(answers), "answers_sent": len(checks),
              "latency": {"n": len(lat), "p50": pct(lat, 50), "p95": pct(lat, 95), "max": max(lat, default=float("nan")),
                          "over_2s": sum(x > 2.0 for x in lat), "unseen": unseen, "other_step": elsewhere},
-             "runs": {k: times(k) for k in ("answer", "check", "next", "follow", "dashboard", "lead")},
+             "runs": run_times(level),
              "dashboard_views": len(shown), "latencies": lat,
              "after_next": {"n": len(near), "p95": pct(near, 95)}, "other_inputs": {"n": len(rest), "p95": pct(rest, 95)}}
     return level, extra
 
 
-def print_report(rows: list[tuple[str, dict]], extra: dict, args) -> None:
+def per_page(level: capacity.Level) -> dict[str, dict]:
+    """The students' inputs by page: count, median, p95 (the phases' mixes of pages differ unless both follow the
+    lesson)."""
+    by: dict[str, list[float]] = {}
+    for o in level.ops:
+        if o.kind == "interact" and o.ok:
+            by.setdefault(o.page or "(default)", []).append(o.seconds)
+    return {k: {"n": len(v), "p50": pct(v, 50), "p95": pct(v, 95)} for k, v in sorted(by.items(), key=lambda kv: -len(kv[1]))}
+
+
+def print_report(rows: list[tuple[str, dict]], extras: dict[str, dict], args) -> None:
     print(f"\n{'phase':<9} {'students':>8} {'inter':>5} {'p50':>6} {'p95':>6} {'max':>6} | {'nav':>4} {'p95':>6} | "
           f"{'open p95':>8} | {'err':>3} | {'server CPU':>10} {'RSS peak':>9} | load avg")
     for name, r in rows:
@@ -353,21 +420,31 @@ def print_report(rows: list[tuple[str, dict]], extra: dict, args) -> None:
             print(f"{'':>10}error: {note}")
         if r["spread"] and len(r["spread"]) > 1:
             print(f"{'':>10}sessions per replica: {r['spread']}")
-    print("\nclass runs (s):      " + "; ".join(
-        f"{k} {v['n']} p50 {v['p50']:.2f} p95 {v['p95']:.2f} max {v['max']:.2f}" for k, v in extra["runs"].items()))
-    lat = extra["latency"]
-    print(f"answers: {extra['answers_sent']} sent, {extra['answers_stored']} in the database; dashboard latency "
-          f"({lat['n']} answers seen on the dashboard): median {lat['p50']:.2f} s, p95 {lat['p95']:.2f} s, max "
-          f"{lat['max']:.2f} s, {lat['over_2s']} over 2 s; {lat['other_step']} answered a step the dashboard did "
-          f"not show, {lat['unseen']} never seen")
-    near, rest = extra["after_next"], extra["other_inputs"]
-    print(f"inputs starting within {AFTER_NEXT_S:.0f} s after the teacher's Next: {near['n']}, p95 {near['p95']:.2f} s; "
-          f"the other inputs of the class: {rest['n']}, p95 {rest['p95']:.2f} s")
-    base, cls = rows[0][1], rows[1][1]
-    ok = lat["n"] > 0 and lat["max"] <= 2.0
-    print(f"goal: every answer on the dashboard within 2 s: {'met' if ok else 'MISSED'}; interaction p95 "
-          f"{base['p95']:.2f} s without a class, {cls['p95']:.2f} s with one ({cls['p95'] - base['p95']:+.2f} s); "
-          f"errors {base['errors']} and {cls['errors']}")
+        pages = list(r["pages"].items())[:6]
+        print(f"{'':>10}by page (n, p95 s): " + ", ".join(f"{k} {v['n']} {v['p95']:.2f}" for k, v in pages))
+    for name, extra in extras.items():
+        print(f"\n{name} runs (s): " + "; ".join(f"{k} {v['n']} p50 {v['p50']:.2f} p95 {v['p95']:.2f} max {v['max']:.2f}"
+                                           for k, v in extra["runs"].items() if v["n"]))
+        near, rest = extra["after_next"], extra["other_inputs"]
+        print(f"  inputs starting within {AFTER_NEXT_S:.0f} s after a step change: {near['n']}, p95 {near['p95']:.2f} s; "
+              f"the other inputs: {rest['n']}, p95 {rest['p95']:.2f} s")
+    got = dict(rows)
+    if "class" in extras:
+        lat = extras["class"]["latency"]
+        print(f"\nanswers: {extras['class']['answers_sent']} sent, {extras['class']['answers_stored']} in the database; "
+              f"dashboard latency ({lat['n']} answers seen on the dashboard): median {lat['p50']:.2f} s, p95 "
+              f"{lat['p95']:.2f} s, max {lat['max']:.2f} s, {lat['over_2s']} over 2 s; {lat['other_step']} answered "
+              f"a step the dashboard did not show, {lat['unseen']} never seen")
+        ok = lat["n"] > 0 and lat["max"] <= 2.0
+        cls = got["class"]
+        against = "; ".join(f"{got[b]['p95']:.2f} s {PHASES[b]} ({cls['p95'] - got[b]['p95']:+.2f} s)"
+                            for b in ("alone", "mix") if b in got)
+        print(f"goal: every answer on the dashboard within 2 s: {'met' if ok else 'MISSED'}; interaction p95 "
+              f"{cls['p95']:.2f} s in the class against {against or 'no baseline run'}; errors "
+              + ", ".join(f"{k} {r['errors']}" for k, r in rows))
+
+
+PHASES = {"mix": "without a lesson (capacity's mix)", "alone": "the lesson alone", "class": "a class"}
 
 
 async def main_async(args, url: str) -> int:
@@ -389,25 +466,31 @@ async def main_async(args, url: str) -> int:
         print(f"warm-up {time.perf_counter() - t:.0f} s; RSS {capacity.Sampler(pids).now_rss() / 2**20:.0f} MB", flush=True)
         cap = SimpleNamespace(duration=args.duration, ramp=args.ramp, think=args.think, interact=args.interact,
                               timeout=args.timeout, proxy=args.proxy, flood=False, kill_one=None)
-        print(f"\nno class: {args.students} students for {args.duration:.0f} s (load average "
-              f"{os.getloadavg()[0]:.1f}) ...", flush=True)
-        level = await capacity.run_level(args.students, base, capacity.Sampler(pids), cap, rng, target)
-        plain = capacity.summary(level, args.goal)
-        print(f"  p95 {plain['p95']:.2f} s over {plain['interactions']} interactions, errors {plain['errors']}", flush=True)
-        print(f"\na class: {args.students} students and a teacher for {args.duration:.0f} s (load average "
-              f"{os.getloadavg()[0]:.1f}) ...", flush=True)
-        level, extra = await class_phase(args.students, base, capacity.Sampler(pids), args, rng, url)
-        cls = capacity.summary(level, args.goal)
-        rows = [("no class", plain), ("class", cls)]
-        print_report(rows, extra, args)
+        rows, extras, levels = [], {}, {}
+        for phase in args.phases:
+            print(f"\n{PHASES[phase]}: {args.students} students{' and a teacher' if phase == 'class' else ''} for "
+                  f"{args.duration:.0f} s (load average {os.getloadavg()[0]:.1f}) ...", flush=True)
+            if phase == "mix":
+                level = await capacity.run_level(args.students, base, capacity.Sampler(pids), cap, rng, target)
+            elif phase == "alone":
+                level, extras[phase] = await alone_phase(args.students, base, capacity.Sampler(pids), args, rng)
+            else:
+                level, extras[phase] = await class_phase(args.students, base, capacity.Sampler(pids), args, rng, url)
+            summary = capacity.summary(level, args.goal)
+            summary["pages"] = per_page(level)
+            rows.append((phase, summary))
+            levels[phase] = level
+            print(f"  p95 {summary['p95']:.2f} s over {summary['interactions']} interactions, errors {summary['errors']}",
+                  flush=True)
+        print_report(rows, extras, args)
         print(f"\nmachine: {os.cpu_count()} cores; load average now {os.getloadavg()}")
         if args.json:
             Path(args.json).write_text(json.dumps({
                 "args": {k: (list(v) if isinstance(v, tuple) else v) for k, v in vars(args).items()},
-                "database": url.split("://")[0], "no_class": plain, "class": cls, "class_extra": extra,
-                "ops": [asdict(o) for o in level.ops]}, indent=1, default=str))
+                "database": url.split("://")[0], **dict(rows), **{f"{k}_extra": v for k, v in extras.items()},
+                "ops": {k: [asdict(o) for o in lv.ops] for k, lv in levels.items()}}, indent=1, default=str))
             print(f"wrote {args.json}")
-        return 0 if plain["errors"] == 0 and cls["errors"] == 0 else 1
+        return 0 if all(r["errors"] == 0 for _, r in rows) else 1
     finally:
         target.stop()
 
@@ -427,10 +510,16 @@ def main() -> int:
     ap.add_argument("--app-dir", type=Path, default=ROOT,
                     help="the app to serve (default this checkout), e.g. a snapshot that edits in progress do not "
                          "reach: git ls-files -co --exclude-standard | tar -cT - | tar -x -C /tmp/k3-snap")
+    ap.add_argument("--phases", default="mix,alone,class",
+                    help="which phases to run, in this order (default mix,alone,class): " +
+                         "; ".join(f"{k}: {v}" for k, v in PHASES.items()))
     ap.add_argument("--seed", type=int, default=18)
     ap.add_argument("--json", default=None, help="write every measurement here")
     args = ap.parse_args()
     args.think = tuple(float(x) for x in args.think.split(","))
+    args.phases = [p.strip() for p in args.phases.split(",") if p.strip()]
+    if not args.phases or set(args.phases) - set(PHASES):
+        ap.error(f"--phases: a comma-separated list of {', '.join(PHASES)}")
     if args.step_every is None:
         args.step_every = args.duration / len(the_lesson(args.app_dir).steps)
     with contextlib.ExitStack() as stack:
